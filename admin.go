@@ -1,0 +1,191 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxd/outbox/internal/store"
+)
+
+// DB is a pgx pool or connection: what [Admin] needs.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Admin runs the operator's operations on one outbox table: migrate, status,
+// the dead-letter workflow and purge.
+type Admin struct {
+	db    DB
+	store *store.Store
+}
+
+// NewAdmin returns an Admin for table ("" means "outbox").
+func NewAdmin(db DB, table string) (*Admin, error) {
+	if table == "" {
+		table = TableDefault
+	}
+	st, err := store.New(table)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: %w", err)
+	}
+	return &Admin{db: db, store: st}, nil
+}
+
+// Migrate creates the table, its indexes and its wake-up trigger if missing.
+// It is idempotent and safe to run concurrently (an advisory lock serialises it).
+func (a *Admin) Migrate(ctx context.Context) error {
+	if err := a.store.Migrate(ctx, a.db); err != nil {
+		return fmt.Errorf("outbox: migrate: %w", err)
+	}
+	return nil
+}
+
+// Status is a snapshot of an outbox table's health. Its JSON form is the
+// stable output of `outboxd status --json`.
+type Status struct {
+	// Counts has every status (pending, processing, done, dead), zero included.
+	Counts map[string]int64 `json:"counts"`
+	// OldestPendingAgeSeconds is the age of the oldest pending or processing
+	// message: the key health figure. Null when nothing is undelivered.
+	OldestPendingAgeSeconds *float64 `json:"oldest_pending_age_seconds"`
+	// ExpiredLeases counts processing rows whose lease has run out (crashed
+	// or stalled workers).
+	ExpiredLeases int64 `json:"expired_leases"`
+	// Attempts is the histogram of attempts over pending and processing
+	// rows, keyed by the attempt count in decimal.
+	Attempts map[string]int64 `json:"attempts"`
+}
+
+// Status reads the table's health figures in one statement.
+func (a *Admin) Status(ctx context.Context) (*Status, error) {
+	st, err := a.store.Status(ctx, a.db)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: status: %w", err)
+	}
+	out := &Status{Counts: st.Counts, ExpiredLeases: st.ExpiredLeases, Attempts: map[string]int64{}}
+	if st.OldestPendingAge >= 0 {
+		s := st.OldestPendingAge.Seconds()
+		out.OldestPendingAgeSeconds = &s
+	}
+	for k, v := range st.Attempts {
+		out.Attempts[fmt.Sprint(k)] = v
+	}
+	return out, nil
+}
+
+// DeadMessage is a dead row with its diagnosis.
+type DeadMessage struct {
+	ID            int64           `json:"id"`
+	AggregateType string          `json:"aggregate_type"`
+	AggregateID   string          `json:"aggregate_id"`
+	EventType     string          `json:"event_type"`
+	Payload       json.RawMessage `json:"payload"`
+	CreatedAt     time.Time       `json:"created_at"`
+	Attempts      int             `json:"attempts"`
+	LeaseVersion  int64           `json:"lease_version"`
+	LastError     string          `json:"last_error"`
+}
+
+// DeadList returns up to limit dead messages with id > afterID, oldest first.
+func (a *Admin) DeadList(ctx context.Context, afterID int64, limit int) ([]DeadMessage, error) {
+	rows, err := a.store.DeadList(ctx, a.db, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: dead list: %w", err)
+	}
+	out := make([]DeadMessage, len(rows))
+	for i, r := range rows {
+		out[i] = DeadMessage{
+			ID: r.ID, AggregateType: r.AggregateType, AggregateID: r.AggregateID, EventType: r.EventType,
+			Payload: r.Payload, CreatedAt: r.CreatedAt, Attempts: r.Attempts, LeaseVersion: r.LeaseVersion,
+			LastError: r.LastError,
+		}
+	}
+	return out, nil
+}
+
+// DeadRetry moves the given dead messages back to pending with a fresh
+// attempt budget and wakes the dispatchers. It returns the ids it moved;
+// ids that were not dead are not in the result.
+func (a *Admin) DeadRetry(ctx context.Context, ids ...int64) ([]int64, error) {
+	if len(ids) == 0 {
+		return nil, errors.New("outbox: dead retry: no ids given")
+	}
+	return a.deadRetry(ctx, ids)
+}
+
+// DeadRetryAll moves every dead message back to pending.
+func (a *Admin) DeadRetryAll(ctx context.Context) ([]int64, error) { return a.deadRetry(ctx, nil) }
+
+func (a *Admin) deadRetry(ctx context.Context, ids []int64) ([]int64, error) {
+	schema, name, err := a.store.Resolve(ctx, a.db)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: dead retry: %w", err)
+	}
+	moved, err := a.store.DeadRetry(ctx, a.db, ids, schema+"."+name)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: dead retry: %w", err)
+	}
+	return moved, nil
+}
+
+// DeadSkip marks dead messages done without delivering them, which unblocks
+// an ordered aggregate. It returns the ids it moved.
+func (a *Admin) DeadSkip(ctx context.Context, ids ...int64) ([]int64, error) {
+	if len(ids) == 0 {
+		return nil, errors.New("outbox: dead skip: no ids given")
+	}
+	moved, err := a.store.DeadSkip(ctx, a.db, ids)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: dead skip: %w", err)
+	}
+	return moved, nil
+}
+
+// PurgeOpts tune [Admin.Purge].
+type PurgeOpts struct {
+	// BatchSize is how many rows one DELETE removes at most. Defaults to 1000.
+	BatchSize int
+	// Progress, when set, is called after each batch with the running total.
+	Progress func(deleted int64)
+}
+
+// Purge deletes done messages that finished more than olderThan ago, in
+// bounded batches (each its own short transaction), never one giant DELETE.
+// It returns how many it deleted.
+func (a *Admin) Purge(ctx context.Context, olderThan time.Duration, opts *PurgeOpts) (int64, error) {
+	if olderThan < 0 {
+		return 0, fmt.Errorf("outbox: purge: older-than must not be negative, got %s", olderThan)
+	}
+	batch := 1000
+	var progress func(int64)
+	if opts != nil {
+		if opts.BatchSize > 0 {
+			batch = opts.BatchSize
+		}
+		progress = opts.Progress
+	}
+	var total, cursor int64
+	for {
+		n, next, err := a.store.PurgeBatch(ctx, a.db, olderThan, cursor, batch)
+		if err != nil {
+			return total, fmt.Errorf("outbox: purge: %w", err)
+		}
+		total += n
+		if progress != nil && n > 0 {
+			progress(total)
+		}
+		if n < int64(batch) {
+			return total, nil
+		}
+		cursor = next
+	}
+}

@@ -1,0 +1,174 @@
+package outbox
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+)
+
+// Defaults for [Config]. Each is what a zero field means.
+const (
+	TableDefault          = "outbox"
+	WorkersDefault        = 10
+	BatchSizeDefault      = 100
+	LeaseDefault          = 60 * time.Second
+	MaxAttemptsDefault    = 12
+	PollIntervalDefault   = time.Second
+	PublishTimeoutDefault = 10 * time.Second
+	RetryBaseDefault      = time.Second
+	RetryCapDefault       = 5 * time.Minute
+	DeferDelayDefault     = 30 * time.Second
+	DeferMaxAgeDefault    = 7 * 24 * time.Hour
+)
+
+// Config configures a [Dispatcher]. The zero value is usable: every zero
+// field takes the default its comment names.
+type Config struct {
+	// BatchSize is how many rows one claim leases at most. Defaults to 100.
+	// Keep BatchSize × (slowest publish) / Workers well inside Lease: rows
+	// wait in the claimed batch until a worker is free.
+	BatchSize int
+
+	// DeferDelay is how long a [Defer] without its own delay postpones a
+	// message. Defaults to 30s.
+	DeferDelay time.Duration
+
+	// DeferMaxAge bounds how long a message may keep being deferred, measured
+	// from its created_at: a defer of an older message sends it dead instead.
+	// Defaults to 7 days. -1 means no limit.
+	DeferMaxAge time.Duration
+
+	// DisableNotify turns off LISTEN/NOTIFY wake-ups; the dispatcher then only
+	// polls. Use it where LISTEN cannot work (PgBouncer in transaction mode).
+	// Defaults to false.
+	DisableNotify bool
+
+	// Lease is how long a claim owns a row. A row still processing after its
+	// lease expires may be claimed by another worker (with a new fencing
+	// token). Defaults to 60s.
+	Lease time.Duration
+
+	// Logger receives the dispatcher's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+
+	// MaxAttempts is how many claims a message gets: a retryable failure on
+	// the last one, or a lease that expires on it, sends it dead. Defaults to 12.
+	MaxAttempts int
+
+	// Ordered makes only the head (lowest id) unfinished message of each
+	// aggregate_id claimable, so each aggregate is claimed and finalized in id
+	// order. A dead head blocks its aggregate until an operator retries or
+	// skips it. Defaults to false.
+	Ordered bool
+
+	// Owner names this dispatcher in lease_owner (for observability; the
+	// fencing token, not the owner, decides who may write). Defaults to
+	// "host-pid-random".
+	Owner string
+
+	// PollInterval is how often an idle dispatcher polls for work when no
+	// notification wakes it (retries coming due, or no NOTIFY). Defaults to 1s.
+	PollInterval time.Duration
+
+	// PublishTimeout bounds one Publish call. It must be at most half the
+	// Lease, so a publish that times out still finishes with its lease held.
+	// Defaults to 10s.
+	PublishTimeout time.Duration
+
+	// RetryBase and RetryCap shape the full-jitter backoff after a retryable
+	// failure: random(0, min(RetryCap, RetryBase × 2^attempt)), floored by
+	// the error's own minimum delay. Default to 1s and 5m.
+	RetryBase time.Duration
+	RetryCap  time.Duration
+
+	// Table is the outbox table, "name" or "schema.name". Defaults to "outbox".
+	Table string
+
+	// Workers is how many publishes run at once. Defaults to 10.
+	Workers int
+}
+
+// WithDefaults returns a copy of c (which may be nil) with zero fields set
+// to their defaults.
+func (c *Config) WithDefaults() *Config {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	def := func(p *time.Duration, d time.Duration) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	defInt := func(p *int, d int) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	defInt(&out.BatchSize, BatchSizeDefault)
+	defInt(&out.MaxAttempts, MaxAttemptsDefault)
+	defInt(&out.Workers, WorkersDefault)
+	def(&out.DeferDelay, DeferDelayDefault)
+	def(&out.DeferMaxAge, DeferMaxAgeDefault)
+	def(&out.Lease, LeaseDefault)
+	def(&out.PollInterval, PollIntervalDefault)
+	def(&out.PublishTimeout, PublishTimeoutDefault)
+	def(&out.RetryBase, RetryBaseDefault)
+	def(&out.RetryCap, RetryCapDefault)
+	if out.Table == "" {
+		out.Table = TableDefault
+	}
+	if out.Owner == "" {
+		out.Owner = DefaultOwner()
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	return &out
+}
+
+// Validate reports the first invalid field of a defaulted config.
+func (c *Config) Validate() error {
+	switch {
+	case c.BatchSize < 1:
+		return fmt.Errorf("BatchSize must be positive, got %d", c.BatchSize)
+	case c.Workers < 1:
+		return fmt.Errorf("Workers must be positive, got %d", c.Workers)
+	case c.MaxAttempts < 1:
+		return fmt.Errorf("MaxAttempts must be positive, got %d", c.MaxAttempts)
+	case c.Lease < 10*time.Millisecond:
+		return fmt.Errorf("Lease must be at least 10ms, got %s", c.Lease)
+	case c.PublishTimeout <= 0:
+		return fmt.Errorf("PublishTimeout must be positive, got %s", c.PublishTimeout)
+	case c.PublishTimeout*2 > c.Lease:
+		return fmt.Errorf("PublishTimeout (%s) must be at most half the Lease (%s), so a publish ends while its lease still holds", c.PublishTimeout, c.Lease)
+	case c.PollInterval <= 0:
+		return fmt.Errorf("PollInterval must be positive, got %s", c.PollInterval)
+	case c.RetryBase < 0 || c.RetryCap < 0:
+		return errors.New("RetryBase and RetryCap must not be negative")
+	case c.RetryCap < c.RetryBase:
+		return fmt.Errorf("RetryCap (%s) must be at least RetryBase (%s)", c.RetryCap, c.RetryBase)
+	case c.DeferDelay < 0:
+		return fmt.Errorf("DeferDelay must not be negative, got %s", c.DeferDelay)
+	case c.DeferMaxAge < 0 && c.DeferMaxAge != -1:
+		return fmt.Errorf("DeferMaxAge must be positive or -1 (no limit), got %s", c.DeferMaxAge)
+	case c.Owner == "":
+		return errors.New("Owner must not be empty")
+	}
+	return nil
+}
+
+// DefaultOwner returns "host-pid-random", unique per process start.
+func DefaultOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}

@@ -1,0 +1,435 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outbox/internal/store"
+)
+
+// Dispatcher relays outbox rows to a [Sink] under lease and fencing.
+//
+// One claim statement leases a batch of rows (status processing, a new
+// lease_version as fencing token, attempts+1); workers publish them outside
+// any transaction; one finalize statement per batch of outcomes writes each
+// row's result, fenced on id, status, lease_version and owner, and learns per
+// row whether the fence held. Any number of dispatchers, in any number of
+// processes, may run against one table.
+type Dispatcher struct {
+	cfg   *Config
+	pool  *pgxpool.Pool
+	sink  Sink
+	store *store.Store
+	log   *slog.Logger
+
+	wake      chan struct{} // a notification arrived (capacity 1)
+	freed     chan struct{} // the completer finalized rows (capacity 1)
+	listening atomic.Bool
+	stats     counters
+
+	mu      sync.Mutex
+	running bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+	runErr  error
+}
+
+// NewDispatcher returns a dispatcher that relays cfg.Table to sink using
+// pool. cfg may be nil for all defaults. The caller keeps ownership of the
+// sink and closes it after the dispatcher has stopped.
+func NewDispatcher(pool *pgxpool.Pool, sink Sink, cfg *Config) (*Dispatcher, error) {
+	if pool == nil {
+		return nil, errors.New("outbox: NewDispatcher needs a pool")
+	}
+	if sink == nil {
+		return nil, errors.New("outbox: NewDispatcher needs a sink")
+	}
+	c := cfg.WithDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("outbox: invalid config: %w", err)
+	}
+	st, err := store.New(c.Table)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: %w", err)
+	}
+	return &Dispatcher{
+		cfg:   c,
+		pool:  pool,
+		sink:  sink,
+		store: st,
+		log:   c.Logger.With(slog.String("component", "dispatcher"), slog.String("owner", c.Owner)),
+		wake:  make(chan struct{}, 1),
+		freed: make(chan struct{}, 1),
+	}, nil
+}
+
+// Config returns the dispatcher's effective configuration.
+func (d *Dispatcher) Config() Config { return *d.cfg }
+
+// Run relays messages until ctx is cancelled, then shuts down gracefully:
+// it stops claiming, lets in-flight publishes finish and finalizes them,
+// releases claimed rows it had not started (fenced, attempt refunded), and
+// returns nil. It returns an error only if it cannot start (for example the
+// table does not exist); database errors while running are logged and
+// retried, never fatal, because delivery must resume once the database does.
+func (d *Dispatcher) Run(ctx context.Context) error { return d.run(ctx, false) }
+
+// Drain is [Dispatcher.Run] that also returns, with nil, once no row is
+// pending or processing (in ordered mode, rows blocked behind a dead head do
+// not count, since only an operator can unblock them).
+func (d *Dispatcher) Drain(ctx context.Context) error { return d.run(ctx, true) }
+
+// Start runs the dispatcher in the background until [Dispatcher.Stop] or
+// until ctx is cancelled. It fails at once if the table does not exist.
+func (d *Dispatcher) Start(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.running {
+		return errors.New("outbox: dispatcher already started")
+	}
+	if _, _, err := d.store.Resolve(ctx, d.pool); err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	d.running, d.cancel, d.done, d.runErr = true, cancel, make(chan struct{}), nil
+	go func() {
+		err := d.run(runCtx, false)
+		d.mu.Lock()
+		d.runErr = err
+		d.mu.Unlock()
+		close(d.done)
+	}()
+	return nil
+}
+
+// Stop shuts a started dispatcher down gracefully and waits for it. It is
+// safe to call more than once, and before Start.
+func (d *Dispatcher) Stop() error {
+	d.mu.Lock()
+	if !d.running {
+		d.mu.Unlock()
+		return nil
+	}
+	cancel, done := d.cancel, d.done
+	d.mu.Unlock()
+	cancel()
+	<-done
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.running = false
+	return d.runErr
+}
+
+// job is one claimed row on its way through a worker.
+type job struct {
+	msg Message
+	// deadline is when this worker stops trusting its lease: the lease
+	// measured from before the claim was sent, less a tenth for safety, so
+	// local timing can only err on the early side of the database's clock.
+	deadline time.Time
+	// dbNow is the database's now() at claim time.
+	dbNow time.Time
+}
+
+type result struct {
+	job     *job
+	outcome store.Outcome
+	kind    outcomeKind
+	err     error
+}
+
+func (d *Dispatcher) run(ctx context.Context, drain bool) error {
+	schema, name, err := d.store.Resolve(ctx, d.pool)
+	if err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
+	channel := schema + "." + name
+	limit := 2*d.cfg.BatchSize + d.cfg.Workers
+	jobs := make(chan *job, limit)
+	results := make(chan result, limit)
+	var inflight atomic.Int64
+
+	var listenWG sync.WaitGroup
+	listenCtx, stopListening := context.WithCancel(ctx)
+	defer stopListening()
+	if !d.cfg.DisableNotify {
+		listenWG.Add(1)
+		go func() {
+			defer listenWG.Done()
+			d.listen(listenCtx, channel)
+		}()
+	}
+
+	var workWG sync.WaitGroup
+	for range d.cfg.Workers {
+		workWG.Add(1)
+		go func() {
+			defer workWG.Done()
+			d.work(ctx, jobs, results)
+		}()
+	}
+	completed := make(chan struct{})
+	go func() {
+		defer close(completed)
+		d.complete(results, &inflight)
+	}()
+
+	d.log.InfoContext(ctx, "dispatcher started", slog.String("table", channel),
+		slog.Int("workers", d.cfg.Workers), slog.Int("batch_size", d.cfg.BatchSize),
+		slog.Duration("lease", d.cfg.Lease), slog.Bool("ordered", d.cfg.Ordered))
+	d.fetch(ctx, drain, jobs, &inflight, int64(limit))
+
+	close(jobs)
+	workWG.Wait()
+	close(results)
+	<-completed
+	stopListening()
+	listenWG.Wait()
+	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := d.store.Unwait(cleanup, d.pool, d.cfg.Owner); err != nil {
+		d.log.DebugContext(ctx, "could not clear waiter row", slog.Any("error", err))
+	}
+	d.log.InfoContext(ctx, "dispatcher stopped")
+	return nil
+}
+
+// fetch claims batches while there is capacity and work, sleeping on
+// notifications and the poll interval when there is none. It returns when
+// ctx is done, or in drain mode when nothing is left to deliver.
+func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, inflight *atomic.Int64, limit int64) {
+	var (
+		buf        []store.Row
+		waiting    bool // our waiter row is registered
+		clearWait  bool // clear it with the next claim
+		errBackoff time.Duration
+	)
+	poll := time.NewTimer(d.cfg.PollInterval)
+	defer poll.Stop()
+	sleep := func(extra <-chan struct{}, dur time.Duration) bool {
+		poll.Reset(dur)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-d.wake:
+		case <-extra:
+		case <-poll.C:
+		}
+		return true
+	}
+	for ctx.Err() == nil {
+		if limit-inflight.Load() < int64(d.cfg.BatchSize) {
+			// Workers are saturated: wait for the completer.
+			select {
+			case <-ctx.Done():
+				return
+			case <-d.freed:
+			}
+			continue
+		}
+		start := time.Now()
+		rows, dbNow, err := d.store.Claim(ctx, d.pool, store.ClaimParams{
+			Owner:       d.cfg.Owner,
+			Batch:       d.cfg.BatchSize,
+			Lease:       d.cfg.Lease,
+			MaxAttempts: d.cfg.MaxAttempts,
+			Ordered:     d.cfg.Ordered,
+			ClearWait:   clearWait,
+		}, buf)
+		d.stats.claims.Add(1)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			errBackoff = min(max(errBackoff*2, 50*time.Millisecond), d.cfg.PollInterval, 5*time.Second)
+			d.log.ErrorContext(ctx, "claim failed; retrying", slog.Any("error", err), slog.Duration("retry_in", errBackoff))
+			if !sleep(nil, errBackoff) {
+				return
+			}
+			continue
+		}
+		errBackoff = 0
+		if clearWait {
+			clearWait, waiting = false, false
+		}
+		if len(rows) > 0 {
+			d.stats.claimed.Add(int64(len(rows)))
+			inflight.Add(int64(len(rows)))
+			deadline := start.Add(d.cfg.Lease - d.cfg.Lease/10)
+			for i := range rows {
+				r := &rows[i]
+				jobs <- &job{
+					msg: Message{
+						ID: r.ID, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
+						EventType: r.EventType, Payload: r.Payload, CreatedAt: r.CreatedAt,
+						Attempt: r.Attempts, FencingToken: r.LeaseVersion,
+					},
+					deadline: deadline,
+					dbNow:    dbNow,
+				}
+			}
+			buf = rows[:0]
+			continue
+		}
+		// Nothing claimable now.
+		if drain {
+			if inflight.Load() > 0 {
+				if !sleep(d.freed, d.cfg.PollInterval) {
+					return
+				}
+				continue
+			}
+			more, err := d.store.Undelivered(ctx, d.pool, d.cfg.Ordered)
+			if err == nil && !more {
+				return
+			}
+		}
+		if d.listening.Load() && !waiting {
+			// Register as idle, then look once more: a row committed
+			// before the registration was visible to producers would
+			// otherwise wait a whole poll interval.
+			if err := d.store.Wait(ctx, d.pool, d.cfg.Owner, 3*d.cfg.PollInterval); err == nil {
+				waiting = true
+				continue
+			}
+		}
+		if !sleep(nil, d.cfg.PollInterval) {
+			return
+		}
+		clearWait = waiting
+	}
+}
+
+// work publishes jobs until jobs is closed. Once ctx is done, jobs not yet
+// started are released instead of published.
+func (d *Dispatcher) work(ctx context.Context, jobs <-chan *job, results chan<- result) {
+	for j := range jobs {
+		if ctx.Err() != nil {
+			results <- d.release(j, "released at shutdown")
+			continue
+		}
+		timeout := min(d.cfg.PublishTimeout, time.Until(j.deadline))
+		if timeout <= 0 {
+			results <- d.release(j, "released unpublished: lease too close to expiry")
+			continue
+		}
+		// In-flight publishes finish on shutdown: their context is not
+		// cancelled with ctx, only bounded by the publish timeout.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		err := d.publish(pctx, &j.msg)
+		cancel()
+		results <- d.classify(j, err)
+	}
+}
+
+// publish calls the sink, turning a panic into an error.
+func (d *Dispatcher) publish(ctx context.Context, msg *Message) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			d.log.ErrorContext(ctx, "sink panicked; message goes dead",
+				slog.Int64("outbox_id", msg.ID), slog.Int64("lease_version", msg.FencingToken),
+				slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+			err = &panicError{value: p}
+		}
+	}()
+	return d.sink.Publish(ctx, msg)
+}
+
+type panicError struct{ value any }
+
+func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }
+
+func (d *Dispatcher) release(j *job, reason string) result {
+	return result{job: j, kind: kindReleased, outcome: store.Outcome{
+		ID: j.msg.ID, LeaseVersion: j.msg.FencingToken, Status: store.StatusPending, Refund: true,
+	}, err: errors.New(reason)}
+}
+
+// complete finalizes results in batches: whatever has accumulated while the
+// previous statement ran goes in the next one, so batches grow with load and
+// an idle system finalizes at once.
+func (d *Dispatcher) complete(results <-chan result, inflight *atomic.Int64) {
+	maxBatch := 2*d.cfg.BatchSize + d.cfg.Workers
+	batch := make([]result, 0, maxBatch)
+	for r := range results {
+		batch = append(batch[:0], r)
+	gather:
+		for len(batch) < maxBatch {
+			select {
+			case r, ok := <-results:
+				if !ok {
+					break gather
+				}
+				batch = append(batch, r)
+			default:
+				break gather
+			}
+		}
+		d.finalize(batch)
+		inflight.Add(-int64(len(batch)))
+		select {
+		case d.freed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (d *Dispatcher) finalize(batch []result) {
+	outcomes := make([]store.Outcome, len(batch))
+	for i := range batch {
+		outcomes[i] = batch[i].outcome
+	}
+	var held []bool
+	var err error
+	for attempt := range 3 {
+		// Finalize must not be cut short by shutdown: a publish that succeeded
+		// and is not recorded would be delivered again.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		held, err = d.store.Finalize(ctx, d.pool, d.cfg.Owner, outcomes)
+		cancel()
+		d.stats.finalizes.Add(1)
+		if err == nil {
+			break
+		}
+		d.log.Error("finalize failed", slog.Any("error", err), slog.Int("rows", len(batch)), slog.Int("try", attempt+1))
+		time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
+	}
+	if err != nil {
+		// The rows stay processing; their leases expire and they are
+		// claimed again. Delivery is at least once, never lost.
+		d.log.Error("giving up on finalize; rows will be re-claimed after their lease", slog.Int("rows", len(batch)))
+		return
+	}
+	for i := range batch {
+		r := &batch[i]
+		if !held[i] {
+			d.stats.leaseLost.Add(1)
+			d.log.Warn("lost lease: finalize fenced off",
+				slog.Int64("outbox_id", r.job.msg.ID), slog.Int64("lease_version", r.job.msg.FencingToken),
+				slog.String("outcome", r.kind.String()))
+			continue
+		}
+		d.stats.count(r.kind)
+		switch r.kind {
+		case kindDead:
+			d.log.Warn("message dead", slog.Int64("outbox_id", r.job.msg.ID),
+				slog.Int64("lease_version", r.job.msg.FencingToken), slog.Int("attempt", r.job.msg.Attempt),
+				slog.String("error", r.outcome.Error))
+		case kindRetried:
+			d.log.Info("message will be retried", slog.Int64("outbox_id", r.job.msg.ID),
+				slog.Int64("lease_version", r.job.msg.FencingToken), slog.Int("attempt", r.job.msg.Attempt),
+				slog.Duration("delay", r.outcome.Delay), slog.String("error", r.outcome.Error))
+		case kindDeferred:
+			d.log.Debug("message deferred", slog.Int64("outbox_id", r.job.msg.ID),
+				slog.Int64("lease_version", r.job.msg.FencingToken), slog.Duration("delay", r.outcome.Delay))
+		}
+	}
+}

@@ -1,0 +1,153 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxd/outbox/internal/store"
+)
+
+// NewMessage is a message for [Enqueue].
+type NewMessage struct {
+	AggregateType string
+	AggregateID   string
+	EventType     string
+	// Payload is stored as jsonb. json.RawMessage and []byte are taken as
+	// JSON text (and must be valid JSON); anything else is marshalled with
+	// encoding/json.
+	Payload any
+}
+
+// Producer writes messages to one outbox table. The zero value writes to
+// the default table "outbox".
+type Producer struct {
+	// Table is "name" or "schema.name". Defaults to "outbox".
+	Table string
+}
+
+// Enqueue inserts msgs into the default table inside tx, the producer's own
+// transaction, so the messages commit or roll back with the business change.
+// tx is a pgx transaction (pgx.Tx, or anything with pgx's Query method) or a
+// database/sql transaction (*sql.Tx, or anything with QueryContext). It
+// returns the new ids in the order of msgs.
+func Enqueue(ctx context.Context, tx any, msgs ...NewMessage) ([]int64, error) {
+	return Producer{}.Enqueue(ctx, tx, msgs...)
+}
+
+type pgxQuerier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+type sqlQuerier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// maxEnqueueRows keeps one INSERT's parameters under PostgreSQL's 65535.
+const maxEnqueueRows = 65535 / 4
+
+// Enqueue is [Enqueue] on p's table.
+func (p Producer) Enqueue(ctx context.Context, tx any, msgs ...NewMessage) ([]int64, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	table := p.Table
+	if table == "" {
+		table = TableDefault
+	}
+	st, err := store.New(table)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: %w", err)
+	}
+	ids := make([]int64, 0, len(msgs))
+	for start := 0; start < len(msgs); start += maxEnqueueRows {
+		chunk := msgs[start:min(start+maxEnqueueRows, len(msgs))]
+		args := make([]any, 0, 4*len(chunk))
+		for i, m := range chunk {
+			payload, err := encodePayload(m.Payload)
+			if err != nil {
+				return nil, fmt.Errorf("outbox: message %d: %w", start+i, err)
+			}
+			if m.AggregateType == "" || m.AggregateID == "" || m.EventType == "" {
+				return nil, fmt.Errorf("outbox: message %d: AggregateType, AggregateID and EventType are required", start+i)
+			}
+			args = append(args, m.AggregateType, m.AggregateID, m.EventType, payload)
+		}
+		q := st.InsertSQL(len(chunk))
+		got, err := insert(ctx, tx, q, args)
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, got...)
+	}
+	return ids, nil
+}
+
+func insert(ctx context.Context, tx any, q string, args []any) ([]int64, error) {
+	switch tx := tx.(type) {
+	case pgxQuerier:
+		rows, err := tx.Query(ctx, q, args...)
+		if err != nil {
+			return nil, fmt.Errorf("outbox: enqueue: %w", translateProducerErr(err))
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return nil, fmt.Errorf("outbox: enqueue: %w", translateProducerErr(err))
+		}
+		return ids, nil
+	case sqlQuerier:
+		rows, err := tx.QueryContext(ctx, q, args...)
+		if err != nil {
+			return nil, fmt.Errorf("outbox: enqueue: %w", err)
+		}
+		defer rows.Close()
+		var ids []int64
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				return nil, fmt.Errorf("outbox: enqueue: %w", err)
+			}
+			ids = append(ids, id)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("outbox: enqueue: %w", err)
+		}
+		return ids, nil
+	default:
+		return nil, fmt.Errorf("outbox: enqueue: unsupported transaction type %T (want pgx.Tx or *sql.Tx)", tx)
+	}
+}
+
+func translateProducerErr(err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return err
+	}
+	return store.Translate(err)
+}
+
+func encodePayload(p any) (string, error) {
+	switch v := p.(type) {
+	case nil:
+		return "", errors.New("payload is required")
+	case json.RawMessage:
+		if !json.Valid(v) {
+			return "", errors.New("payload is not valid JSON")
+		}
+		return string(v), nil
+	case []byte:
+		if !json.Valid(v) {
+			return "", errors.New("payload is not valid JSON")
+		}
+		return string(v), nil
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return "", fmt.Errorf("payload: %w", err)
+		}
+		return string(b), nil
+	}
+}

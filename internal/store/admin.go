@@ -1,0 +1,147 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Status is a snapshot of the table's health.
+type Status struct {
+	Counts map[string]int64
+	// OldestPendingAge is the age of the oldest pending or processing row;
+	// -1 when there is none.
+	OldestPendingAge time.Duration
+	ExpiredLeases    int64
+	// Attempts is the histogram of attempts over pending and processing rows.
+	Attempts map[int]int64
+}
+
+// Status reads the table's health figures in one statement.
+func (s *Store) Status(ctx context.Context, db DB) (Status, error) {
+	var counts, attempts []byte
+	var age *float64
+	st := Status{Counts: map[string]int64{}, Attempts: map[int]int64{}}
+	if err := db.QueryRow(ctx, s.status).Scan(&counts, &age, &st.ExpiredLeases, &attempts); err != nil {
+		return Status{}, translate(err)
+	}
+	for _, k := range []string{StatusPending, StatusProcessing, StatusDone, StatusDead} {
+		st.Counts[k] = 0
+	}
+	if err := json.Unmarshal(counts, &st.Counts); err != nil {
+		return Status{}, err
+	}
+	var hist map[string]int64
+	if err := json.Unmarshal(attempts, &hist); err != nil {
+		return Status{}, err
+	}
+	for k, v := range hist {
+		n, err := strconv.Atoi(k)
+		if err != nil {
+			return Status{}, err
+		}
+		st.Attempts[n] = v
+	}
+	st.OldestPendingAge = -1
+	if age != nil && !math.IsNaN(*age) {
+		st.OldestPendingAge = time.Duration(*age * float64(time.Second))
+	}
+	return st, nil
+}
+
+// DeadRow is a dead message with its diagnosis.
+type DeadRow struct {
+	Row
+	LastError string
+}
+
+// DeadList returns up to limit dead rows with id > afterID, oldest first.
+func (s *Store) DeadList(ctx context.Context, db DB, afterID int64, limit int) ([]DeadRow, error) {
+	rows, err := db.Query(ctx, s.deadList, afterID, limit)
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (DeadRow, error) {
+		var d DeadRow
+		var payload string
+		err := row.Scan(&d.ID, &d.AggregateType, &d.AggregateID, &d.EventType, &payload,
+			&d.CreatedAt, &d.Attempts, &d.LeaseVersion, &d.LastError)
+		d.Payload = []byte(payload)
+		return d, err
+	})
+	return out, translate(err)
+}
+
+// DeadRetry moves dead rows back to pending with attempts reset and wakes
+// the dispatchers. ids nil means every dead row. Returns the ids moved.
+func (s *Store) DeadRetry(ctx context.Context, db DB, ids []int64, channel string) ([]int64, error) {
+	rows, err := db.Query(ctx, s.deadRetry, ids, channel)
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (int64, error) {
+		var id int64
+		var ignored bool
+		err := row.Scan(&id, &ignored)
+		return id, err
+	})
+	return out, translate(err)
+}
+
+// DeadSkip marks dead rows done without delivering them. Returns the ids moved.
+func (s *Store) DeadSkip(ctx context.Context, db DB, ids []int64) ([]int64, error) {
+	rows, err := db.Query(ctx, s.deadSkip, ids)
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	return out, translate(err)
+}
+
+// PurgeBatch deletes at most limit done rows older than olderThan with
+// id > afterID. It returns how many it deleted and the highest id deleted
+// (afterID when none), the cursor for the next batch.
+func (s *Store) PurgeBatch(ctx context.Context, db DB, olderThan time.Duration, afterID int64, limit int) (int64, int64, error) {
+	var maxID, n int64
+	err := db.QueryRow(ctx, s.purge, olderThan.Microseconds(), afterID, limit).Scan(&maxID, &n)
+	if err != nil {
+		return 0, afterID, translate(err)
+	}
+	if n == 0 {
+		maxID = afterID
+	}
+	return n, maxID, nil
+}
+
+// InsertSQL returns a producer INSERT of n messages with positional
+// parameters $1..$4n (aggregate_type, aggregate_id, event_type, payload per
+// row) that returns the new ids in insertion order. It uses only plain
+// placeholders, so any PostgreSQL driver can run it.
+func (s *Store) InsertSQL(n int) string {
+	var b []byte
+	b = append(b, "INSERT INTO "...)
+	b = append(b, s.Table.ident("")...)
+	b = append(b, " (aggregate_type, aggregate_id, event_type, payload) VALUES "...)
+	for i := range n {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		p := i*4 + 1
+		b = append(b, '(')
+		b = append(b, '$')
+		b = strconv.AppendInt(b, int64(p), 10)
+		b = append(b, ", $"...)
+		b = strconv.AppendInt(b, int64(p+1), 10)
+		b = append(b, ", $"...)
+		b = strconv.AppendInt(b, int64(p+2), 10)
+		b = append(b, ", $"...)
+		b = strconv.AppendInt(b, int64(p+3), 10)
+		b = append(b, "::text::jsonb)"...)
+	}
+	b = append(b, " RETURNING id"...)
+	return string(b)
+}

@@ -1,0 +1,50 @@
+-- Claim: reap, then take up to $2 rows, in one statement and one commit.
+-- $1 owner, $2 batch, $3 lease (microseconds), $4 max attempts,
+-- $5 whether to clear this owner's waiter row (it just woke up).
+--
+-- The two sources are separate index-driven scans on purpose: one
+-- "pending OR expired ORDER BY id" predicate is planned as a primary-key walk
+-- that reads every done row before it finds a pending one.
+WITH cleared AS (
+    DELETE FROM {{waiters}} WHERE $5::boolean AND owner = $1
+),
+reaped AS (
+    UPDATE {{table}}
+    SET status = 'dead',
+        last_error = 'lease expired after max attempts (worker crash?)',
+        lease_owner = NULL,
+        lease_until = NULL
+    WHERE id IN (
+        SELECT id FROM {{table}}
+        WHERE status = 'processing' AND lease_until < now() AND attempts >= $4
+        ORDER BY lease_until
+        LIMIT 1000
+        FOR UPDATE SKIP LOCKED
+    )
+),
+expired AS (
+    SELECT o.id FROM {{table}} AS o
+    WHERE o.status = 'processing' AND o.lease_until < now() AND o.attempts < $4
+      {{ordered_guard}}
+    ORDER BY o.lease_until
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+),
+ready AS (
+    SELECT o.id FROM {{table}} AS o
+    WHERE o.status = 'pending' AND o.available_at <= now()
+      {{ordered_guard}}
+    ORDER BY o.available_at, o.id
+    LIMIT greatest($2 - (SELECT count(*) FROM expired), 0)
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {{table}} AS o
+SET status = 'processing',
+    lease_owner = $1,
+    lease_until = now() + $3 * interval '1 microsecond',
+    lease_version = o.lease_version + 1,
+    attempts = o.attempts + 1
+FROM (SELECT id FROM expired UNION ALL SELECT id FROM ready) AS picked
+WHERE o.id = picked.id
+RETURNING o.id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload::text,
+          o.created_at, o.attempts, o.lease_version, now()

@@ -1,0 +1,25 @@
+-- Finalize a batch of outcomes in one statement. Each row is written only if
+-- its fence still holds (still processing, same lease_version, same owner);
+-- RETURNING names the rows whose fence held, so the caller learns per message
+-- whether its lease was lost.
+-- $1 owner, $2 ids, $3 lease versions, $4 new statuses,
+-- $5 delays in microseconds (pending only), $6 attempts to refund, $7 errors ('' keeps the previous one).
+UPDATE {{table}} AS o
+SET status = r.status,
+    available_at = CASE WHEN r.status = 'pending'
+                        THEN now() + r.delay_us * interval '1 microsecond'
+                        ELSE o.available_at END,
+    attempts = o.attempts - r.refund,
+    last_error = CASE WHEN r.status = 'done' THEN NULL
+                      WHEN r.last_error = '' THEN o.last_error
+                      ELSE r.last_error END,
+    done_at = CASE WHEN r.status = 'done' THEN now() END,
+    lease_owner = NULL,
+    lease_until = NULL
+FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::bigint[], $6::integer[], $7::text[])
+     AS r(id, version, status, delay_us, refund, last_error)
+WHERE o.id = r.id
+  AND o.status = 'processing'
+  AND o.lease_version = r.version
+  AND o.lease_owner = $1
+RETURNING o.id

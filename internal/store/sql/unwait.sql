@@ -1,0 +1,1 @@
+DELETE FROM {{waiters}} WHERE owner = $1

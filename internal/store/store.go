@@ -1,0 +1,297 @@
+// Package store owns every SQL statement outboxd runs. Statements live in
+// embedded .sql files named after the method that runs them; the table name
+// enters only through quoted identifiers substituted once, in New.
+package store
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+//go:embed sql/*.sql migration/*.sql
+var files embed.FS
+
+// ErrTableMissing reports that the outbox table does not exist.
+var ErrTableMissing = errors.New("outbox: table does not exist (run `outboxd migrate` first)")
+
+// DB is what the store needs from a connection, pool or transaction.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Store runs the outbox's statements against one table.
+type Store struct {
+	Table Table
+
+	claim, claimOrdered, finalize, resolve, wait, unwait      string
+	status, deadList, deadRetry, deadSkip, purge, undelivered string
+	migrate                                                   string
+}
+
+// New prepares the statements for the named table ("name" or "schema.name").
+func New(table string) (*Store, error) {
+	t, err := ParseTable(table)
+	if err != nil {
+		return nil, err
+	}
+	r := strings.NewReplacer(
+		"{{table}}", t.ident(""),
+		"{{waiters}}", t.ident("_waiters"),
+		"{{wake_function}}", t.ident("_wake"),
+		"{{wake_trigger}}", t.bare("_wake"),
+		"{{ready_index}}", t.bare("_ready"),
+		"{{leased_index}}", t.bare("_leased"),
+		"{{aggregate_index}}", t.bare("_aggregate_head"),
+	)
+	load := func(name string) string {
+		b, err := files.ReadFile(name)
+		if err != nil {
+			panic(err) // embedded at build time; absence is a build bug
+		}
+		return r.Replace(string(b))
+	}
+	guard := load("sql/ordered_guard.sql")
+	claim := load("sql/claim.sql")
+	return &Store{
+		Table:        t,
+		claim:        strings.ReplaceAll(claim, "{{ordered_guard}}", ""),
+		claimOrdered: strings.ReplaceAll(claim, "{{ordered_guard}}", strings.TrimSpace(guard)),
+		finalize:     load("sql/finalize.sql"),
+		resolve:      load("sql/resolve.sql"),
+		wait:         load("sql/wait.sql"),
+		unwait:       load("sql/unwait.sql"),
+		status:       load("sql/status.sql"),
+		deadList:     load("sql/dead_list.sql"),
+		deadRetry:    load("sql/dead_retry.sql"),
+		deadSkip:     load("sql/dead_skip.sql"),
+		purge:        load("sql/purge.sql"),
+		undelivered:  load("sql/undelivered.sql"),
+		migrate:      load("migration/001_create.sql"),
+	}, nil
+}
+
+// QuotedTable is the table's quoted identifier, for callers that build
+// producer statements (Enqueue) or tests.
+func (s *Store) QuotedTable() string { return s.Table.ident("") }
+
+// Migrate creates the table, its indexes and the wake-up trigger if they do
+// not exist, inside one transaction under an advisory lock keyed on the
+// table name, so concurrent migrations of the same table serialise.
+func (s *Store) Migrate(ctx context.Context, db interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return translate(err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit this is a no-op
+	h := fnv.New64a()
+	h.Write([]byte("outboxd migrate " + s.Table.String()))
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(h.Sum64())); err != nil {
+		return translate(err)
+	}
+	if s.Table.Schema != "" {
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{s.Table.Schema}.Sanitize()); err != nil {
+			return translate(err)
+		}
+	}
+	// Simple protocol: the migration is several statements in one string.
+	if _, err := tx.Exec(ctx, s.migrate, pgx.QueryExecModeSimpleProtocol); err != nil {
+		return translate(err)
+	}
+	return translate(tx.Commit(ctx))
+}
+
+// Resolve checks that the table exists and returns its schema and name as
+// PostgreSQL resolved them. The notification channel is "schema.name".
+func (s *Store) Resolve(ctx context.Context, db DB) (schema, name string, err error) {
+	err = db.QueryRow(ctx, s.resolve, s.Table.ident("")).Scan(&schema, &name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", "", ErrTableMissing
+	}
+	return schema, name, translate(err)
+}
+
+// Row is a claimed row.
+type Row struct {
+	ID            int64
+	AggregateType string
+	AggregateID   string
+	EventType     string
+	Payload       []byte
+	CreatedAt     time.Time
+	Attempts      int
+	LeaseVersion  int64
+}
+
+// ClaimParams are the inputs of Claim.
+type ClaimParams struct {
+	Owner       string
+	Batch       int
+	Lease       time.Duration
+	MaxAttempts int
+	Ordered     bool
+	// ClearWait drops the owner's waiter row in the same statement.
+	ClearWait bool
+}
+
+// Claim reaps expired rows that used up their attempts, then leases up to
+// Batch rows to Owner, in one statement (one round trip, one commit). Rows
+// come back sorted by id, with the database's now() at claim time.
+func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams, buf []Row) ([]Row, time.Time, error) {
+	q := s.claim
+	if p.Ordered {
+		q = s.claimOrdered
+	}
+	rows, err := db.Query(ctx, q, p.Owner, p.Batch, p.Lease.Microseconds(), p.MaxAttempts, p.ClearWait)
+	if err != nil {
+		return nil, time.Time{}, translate(err)
+	}
+	defer rows.Close()
+	out := buf[:0]
+	var now time.Time
+	for rows.Next() {
+		var r Row
+		var payload string
+		if err := rows.Scan(&r.ID, &r.AggregateType, &r.AggregateID, &r.EventType, &payload,
+			&r.CreatedAt, &r.Attempts, &r.LeaseVersion, &now); err != nil {
+			return nil, time.Time{}, translate(err)
+		}
+		r.Payload = []byte(payload)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, time.Time{}, translate(err)
+	}
+	sortRows(out)
+	return out, now, nil
+}
+
+func sortRows(rows []Row) {
+	// Insertion sort: batches are small and nearly sorted already.
+	for i := 1; i < len(rows); i++ {
+		for j := i; j > 0 && rows[j].ID < rows[j-1].ID; j-- {
+			rows[j], rows[j-1] = rows[j-1], rows[j]
+		}
+	}
+}
+
+// Status values of a row.
+const (
+	StatusPending    = "pending"
+	StatusProcessing = "processing"
+	StatusDone       = "done"
+	StatusDead       = "dead"
+)
+
+// Outcome is one fenced write: the new state of a row this owner claimed.
+type Outcome struct {
+	ID           int64
+	LeaseVersion int64
+	Status       string        // pending, done or dead
+	Delay        time.Duration // pending only: available_at = now() + Delay
+	Refund       bool          // give the claim's attempt back (defer, release)
+	Error        string        // last_error; ignored for done
+}
+
+// Finalize applies outcomes in one statement. It returns, aligned with
+// outcomes, whether each one's fence held; false means the lease was lost
+// and nothing was written for that row.
+func (s *Store) Finalize(ctx context.Context, db DB, owner string, outcomes []Outcome) ([]bool, error) {
+	n := len(outcomes)
+	if n == 0 {
+		return nil, nil
+	}
+	ids := make([]int64, n)
+	versions := make([]int64, n)
+	statuses := make([]string, n)
+	delays := make([]int64, n)
+	refunds := make([]int32, n)
+	errs := make([]string, n)
+	for i, o := range outcomes {
+		ids[i], versions[i], statuses[i] = o.ID, o.LeaseVersion, o.Status
+		delays[i] = o.Delay.Microseconds()
+		if o.Refund {
+			refunds[i] = 1
+		}
+		errs[i] = truncate(o.Error, 500)
+	}
+	rows, err := db.Query(ctx, s.finalize, owner, ids, versions, statuses, delays, refunds, errs)
+	if err != nil {
+		return nil, translate(err)
+	}
+	held := make(map[int64]struct{}, n)
+	var id int64
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+		held[id] = struct{}{}
+		return nil
+	})
+	if err != nil {
+		return nil, translate(err)
+	}
+	out := make([]bool, n)
+	for i, o := range outcomes {
+		_, out[i] = held[o.ID]
+	}
+	return out, nil
+}
+
+// Undelivered reports whether any row still awaits delivery (see
+// undelivered.sql); with ordered, rows blocked behind a dead head do not count.
+func (s *Store) Undelivered(ctx context.Context, db DB, ordered bool) (bool, error) {
+	var any bool
+	err := db.QueryRow(ctx, s.undelivered, ordered).Scan(&any)
+	return any, translate(err)
+}
+
+// Wait records that owner is idle and listening for the next d; inserts
+// notify while any owner waits.
+func (s *Store) Wait(ctx context.Context, db DB, owner string, d time.Duration) error {
+	_, err := db.Exec(ctx, s.wait, owner, d.Microseconds())
+	return translate(err)
+}
+
+// Unwait removes owner's waiter row.
+func (s *Store) Unwait(ctx context.Context, db DB, owner string) error {
+	_, err := db.Exec(ctx, s.unwait, owner)
+	return translate(err)
+}
+
+// truncate cuts s to at most n bytes on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !isRuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// translate maps driver errors to the store's sentinels, once, here.
+// Translate maps driver errors to the store's sentinels; for callers that run
+// store-built SQL themselves (producers).
+func Translate(err error) error { return translate(err) }
+
+func translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		return fmt.Errorf("%w: %s", ErrTableMissing, pgErr.Message)
+	}
+	return err
+}

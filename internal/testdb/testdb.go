@@ -1,0 +1,136 @@
+// Package testdb gives tests a real PostgreSQL: the server named by
+// OUTBOX_TEST_DSN, else the local one on 127.0.0.1:5432, else a throwaway
+// cluster started from the PostgreSQL binaries on the machine. Each test gets
+// its own schema, dropped when it ends, so tests run in parallel.
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/outboxd/outbox/internal/pgcluster"
+)
+
+// DefaultDSN is the machine's local server, tried when OUTBOX_TEST_DSN is unset.
+const DefaultDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+var (
+	once    sync.Once
+	dsn     string
+	initErr error
+	cluster *pgcluster.Cluster
+	pool    *pgxpool.Pool
+)
+
+func setup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dsn = os.Getenv("OUTBOX_TEST_DSN")
+	if dsn == "" {
+		dsn = DefaultDSN
+		if !reachable(ctx, dsn) {
+			cluster, initErr = pgcluster.Start(ctx, nil)
+			if initErr != nil {
+				initErr = fmt.Errorf("no PostgreSQL at %s and no throwaway cluster: %w", DefaultDSN, initErr)
+				return
+			}
+			dsn = cluster.DSN
+		}
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		initErr = err
+		return
+	}
+	cfg.MaxConns = 20
+	pool, initErr = pgxpool.NewWithConfig(ctx, cfg)
+}
+
+func reachable(ctx context.Context, dsn string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return false
+	}
+	conn.Close(ctx)
+	return true
+}
+
+// DSN returns the test server's connection string.
+func DSN(tb testing.TB) string {
+	tb.Helper()
+	once.Do(setup)
+	require.NoError(tb, initErr)
+	return dsn
+}
+
+// Pool returns the process-wide pool on the test server.
+func Pool(tb testing.TB) *pgxpool.Pool {
+	tb.Helper()
+	DSN(tb)
+	return pool
+}
+
+// NewPool returns a pool of its own (closed at the end of the test), for
+// tests that need to control connections.
+func NewPool(tb testing.TB, maxConns int32) *pgxpool.Pool {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(DSN(tb))
+	require.NoError(tb, err)
+	cfg.MaxConns = maxConns
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(tb, err)
+	tb.Cleanup(p.Close)
+	return p
+}
+
+// NewSchema creates an empty schema for this test and drops it afterwards.
+func NewSchema(tb testing.TB) string {
+	tb.Helper()
+	p := Pool(tb)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "t_" + hex.EncodeToString(b[:])
+	_, err := p.Exec(context.Background(), "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize())
+	require.NoError(tb, err)
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := p.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{name}.Sanitize()+" CASCADE")
+		if err != nil {
+			tb.Errorf("dropping test schema %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// Main runs the tests, then closes the shared pool, stops any throwaway
+// cluster and, when the tests passed, fails on leaked goroutines.
+func Main(m *testing.M) {
+	code := m.Run()
+	if pool != nil {
+		pool.Close()
+	}
+	if cluster != nil {
+		_ = cluster.Stop(context.Background())
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}

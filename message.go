@@ -1,0 +1,36 @@
+package outbox
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+)
+
+// Message is one claimed outbox row as a [Sink] sees it.
+//
+// ID is the row's primary key. It never changes across retries and is the
+// key downstream systems deduplicate on: every sink passes it on.
+type Message struct {
+	// ID is the outbox row id: the downstream deduplication key.
+	ID int64
+	// AggregateType is the kind of entity the event is about (e.g. "order").
+	AggregateType string
+	// AggregateID identifies the entity; ordering is kept per AggregateID.
+	AggregateID string
+	// EventType names the event (e.g. "OrderCreated").
+	EventType string
+	// Payload is the row's jsonb payload, as JSON text.
+	Payload json.RawMessage
+	// CreatedAt is when the producer inserted the row (database time).
+	CreatedAt time.Time
+	// Attempt counts the claims of this row so far, this one included
+	// (1 on the first delivery attempt).
+	Attempt int
+	// FencingToken is the row's lease_version for this claim. It grows on
+	// every claim, so a receiver that stores the highest token it has seen
+	// per message can reject a stale delivery.
+	FencingToken int64
+}
+
+// IDString returns ID in decimal, the form sinks put in headers.
+func (m *Message) IDString() string { return strconv.FormatInt(m.ID, 10) }
