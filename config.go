@@ -23,6 +23,7 @@ const (
 	RetryCapDefault       = 5 * time.Minute
 	DeferDelayDefault     = 30 * time.Second
 	DeferMaxAgeDefault    = 7 * 24 * time.Hour
+	FetchCooldownDefault  = 50 * time.Millisecond
 )
 
 // Config configures a [Dispatcher]. The zero value is usable: every zero
@@ -46,6 +47,13 @@ type Config struct {
 	// polls. Use it where LISTEN cannot work (PgBouncer in transaction mode).
 	// Defaults to false.
 	DisableNotify bool
+
+	// FetchCooldown is the least time between two registrations as an idle
+	// listener. Inserts notify only while a dispatcher is registered, so
+	// this bounds the notifications producers pay for under a trickle of
+	// inserts, at the price of up to this much extra delivery latency then.
+	// Defaults to 50ms.
+	FetchCooldown time.Duration
 
 	// Lease is how long a claim owns a row. A row still processing after its
 	// lease expires may be claimed by another worker (with a new fencing
@@ -114,6 +122,7 @@ func (c *Config) WithDefaults() *Config {
 	defInt(&out.Workers, WorkersDefault)
 	def(&out.DeferDelay, DeferDelayDefault)
 	def(&out.DeferMaxAge, DeferMaxAgeDefault)
+	def(&out.FetchCooldown, FetchCooldownDefault)
 	def(&out.Lease, LeaseDefault)
 	def(&out.PollInterval, PollIntervalDefault)
 	def(&out.PublishTimeout, PublishTimeoutDefault)
@@ -146,6 +155,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("PublishTimeout must be positive, got %s", c.PublishTimeout)
 	case c.PublishTimeout*2 > c.Lease:
 		return fmt.Errorf("PublishTimeout (%s) must be at most half the Lease (%s), so a publish ends while its lease still holds", c.PublishTimeout, c.Lease)
+	case c.FetchCooldown < 0:
+		return fmt.Errorf("FetchCooldown must not be negative, got %s", c.FetchCooldown)
 	case c.PollInterval <= 0:
 		return fmt.Errorf("PollInterval must be positive, got %s", c.PollInterval)
 	case c.RetryBase < 0 || c.RetryCap < 0:

@@ -211,6 +211,8 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 		waiting    bool // our waiter row is registered
 		clearWait  bool // clear it with the next claim
 		errBackoff time.Duration
+		// registeredAt is when the waiter row was last registered.
+		registeredAt time.Time
 	)
 	poll := time.NewTimer(d.cfg.PollInterval)
 	defer poll.Stop()
@@ -293,11 +295,21 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 			}
 		}
 		if d.listening.Load() && !waiting {
+			// Producers notify while we are registered, and every notifying
+			// commit takes a global lock. Registering at most once per
+			// cooldown bounds that cost under a trickle of inserts, at the
+			// price of up to one cooldown of latency; until then, poll.
+			if wait := d.cfg.FetchCooldown - time.Since(registeredAt); wait > 0 {
+				if !sleep(nil, wait) {
+					return
+				}
+				continue
+			}
 			// Register as idle, then look once more: a row committed
 			// before the registration was visible to producers would
 			// otherwise wait a whole poll interval.
 			if err := d.store.Wait(ctx, d.pool, d.cfg.Owner, 3*d.cfg.PollInterval); err == nil {
-				waiting = true
+				waiting, registeredAt = true, time.Now()
 				continue
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,6 +37,7 @@ type Store struct {
 	claim, claimOrdered, finalize, resolve, wait, unwait      string
 	status, deadList, deadRetry, deadSkip, purge, undelivered string
 	migrate                                                   string
+	seed                                                      SeedStatements
 }
 
 // New prepares the statements for the named table ("name" or "schema.name").
@@ -53,19 +55,23 @@ func New(table string) (*Store, error) {
 		"{{leased_index}}", t.bare("_leased"),
 		"{{aggregate_index}}", t.bare("_aggregate_head"),
 	)
-	load := func(name string) string {
+	raw := func(name string) string {
 		b, err := files.ReadFile(name)
 		if err != nil {
 			panic(err) // embedded at build time; absence is a build bug
 		}
-		return r.Replace(string(b))
+		return string(b)
 	}
-	guard := load("sql/ordered_guard.sql")
-	claim := load("sql/claim.sql")
+	load := func(name string) string { return r.Replace(raw(name)) }
+	// Templates are assembled before the names go in: a name may contain
+	// "{{ordered_guard}}" or "$$" itself.
+	guard := strings.TrimSpace(raw("sql/ordered_guard.sql"))
+	claim := raw("sql/claim.sql")
+	migrate := strings.ReplaceAll(raw("migration/001_create.sql"), "$$", dollarTag(t.String()))
 	return &Store{
 		Table:        t,
-		claim:        strings.ReplaceAll(claim, "{{ordered_guard}}", ""),
-		claimOrdered: strings.ReplaceAll(claim, "{{ordered_guard}}", strings.TrimSpace(guard)),
+		claim:        r.Replace(strings.ReplaceAll(claim, "{{ordered_guard}}", "")),
+		claimOrdered: r.Replace(strings.ReplaceAll(claim, "{{ordered_guard}}", guard)),
 		finalize:     load("sql/finalize.sql"),
 		resolve:      load("sql/resolve.sql"),
 		wait:         load("sql/wait.sql"),
@@ -77,6 +83,11 @@ func New(table string) (*Store, error) {
 		purge:        load("sql/purge.sql"),
 		undelivered:  load("sql/undelivered.sql"),
 		migrate:      load("migration/001_create.sql"),
+		seed: SeedStatements{
+			Reap:  load("sql/seed_reap.sql"),
+			Claim: load("sql/seed_claim.sql"),
+			Done:  load("sql/seed_done.sql"),
+		},
 	}, nil
 }
 
@@ -109,6 +120,14 @@ func (s *Store) Migrate(ctx context.Context, db interface {
 	if _, err := tx.Exec(ctx, s.migrate, pgx.QueryExecModeSimpleProtocol); err != nil {
 		return translate(err)
 	}
+	// The schema of an unqualified name is known only now.
+	var schema, name string
+	if err := tx.QueryRow(ctx, s.resolve, s.Table.ident("")).Scan(&schema, &name); err != nil {
+		return translate(err)
+	}
+	if err := checkChannel(schema, name); err != nil {
+		return err
+	}
 	return translate(tx.Commit(ctx))
 }
 
@@ -119,7 +138,13 @@ func (s *Store) Resolve(ctx context.Context, db DB) (schema, name string, err er
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", "", ErrTableMissing
 	}
-	return schema, name, translate(err)
+	if err != nil {
+		return "", "", translate(err)
+	}
+	if err := checkChannel(schema, name); err != nil {
+		return "", "", err
+	}
+	return schema, name, nil
 }
 
 // Row is a claimed row.
@@ -267,15 +292,18 @@ func (s *Store) Unwait(ctx context.Context, db DB, owner string) error {
 	return translate(err)
 }
 
-// truncate cuts s to at most n bytes on a rune boundary.
+// truncate cuts s to at most n bytes on a rune boundary, the ellipsis that
+// marks the cut included.
 func truncate(s string, n int) string {
+	const ellipsis = "…"
 	if len(s) <= n {
 		return s
 	}
+	n -= len(ellipsis)
 	for n > 0 && !isRuneStart(s[n]) {
 		n--
 	}
-	return s[:n] + "…"
+	return s[:n] + ellipsis
 }
 
 func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }

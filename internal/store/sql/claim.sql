@@ -14,13 +14,13 @@ reaped AS (
         last_error = 'lease expired after max attempts (worker crash?)',
         lease_owner = NULL,
         lease_until = NULL
-    WHERE id IN (
+    WHERE id = ANY (ARRAY(
         SELECT id FROM {{table}}
         WHERE status = 'processing' AND lease_until < now() AND attempts >= $4
         ORDER BY lease_until
         LIMIT 1000
         FOR UPDATE SKIP LOCKED
-    )
+    ))
 ),
 expired AS (
     SELECT o.id FROM {{table}} AS o
@@ -44,7 +44,8 @@ SET status = 'processing',
     lease_until = now() + $3 * interval '1 microsecond',
     lease_version = o.lease_version + 1,
     attempts = o.attempts + 1
-FROM (SELECT id FROM expired UNION ALL SELECT id FROM ready) AS picked
-WHERE o.id = picked.id
+-- = ANY(ARRAY(...)) makes this a primary-key probe per row; a join
+-- against the CTEs is planned as a hash join over the whole table.
+WHERE o.id = ANY (ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM ready))
 RETURNING o.id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload::text,
           o.created_at, o.attempts, o.lease_version, now()

@@ -18,7 +18,10 @@ SET status = r.status,
     lease_until = NULL
 FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::bigint[], $6::integer[], $7::text[])
      AS r(id, version, status, delay_us, refund, last_error)
-WHERE o.id = r.id
+-- The = ANY probe pins the plan to primary-key lookups whatever the
+-- statistics say about how many rows are processing.
+WHERE o.id = ANY ($2::bigint[])
+  AND o.id = r.id
   AND o.status = 'processing'
   AND o.lease_version = r.version
   AND o.lease_owner = $1
