@@ -1,0 +1,386 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/outboxd/outbox"
+)
+
+func runMigrate(ctx context.Context, e *env, args []string) error {
+	var db dbFlags
+	fs := newFlagSet(e, "migrate", "migrate [--dsn DSN] [--table NAME]")
+	db.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	a, pool, err := db.admin(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := a.Migrate(ctx); err != nil {
+		return cleanErr(err)
+	}
+	fmt.Fprintf(e.stdout, "migrated table %s\n", db.table)
+	return nil
+}
+
+func runEnqueue(ctx context.Context, e *env, args []string) error {
+	var (
+		db                                   dbFlags
+		aggregateType, aggregateID, eventTyp string
+		payload                              string
+	)
+	fs := newFlagSet(e, "enqueue", "enqueue --aggregate-type T --aggregate-id ID --event-type E --payload JSON|-|@FILE")
+	db.register(fs)
+	fs.StringVar(&aggregateType, "aggregate-type", "", "aggregate type (required)")
+	fs.StringVar(&aggregateID, "aggregate-id", "", "aggregate id (required)")
+	fs.StringVar(&eventTyp, "event-type", "", "event type (required)")
+	fs.StringVar(&payload, "payload", "", "JSON payload, - for stdin, @FILE for a file (required)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	for name, v := range map[string]string{"--aggregate-type": aggregateType, "--aggregate-id": aggregateID, "--event-type": eventTyp, "--payload": payload} {
+		if v == "" {
+			return usagef("enqueue: %s is required", name)
+		}
+	}
+	body := []byte(payload)
+	switch {
+	case payload == "-":
+		b, err := io.ReadAll(io.LimitReader(e.stdin, 64<<20))
+		if err != nil {
+			return fmt.Errorf("reading payload from stdin: %w", err)
+		}
+		body = b
+	case strings.HasPrefix(payload, "@"):
+		b, err := readFile(payload[1:])
+		if err != nil {
+			return usagef("--payload: %v", err)
+		}
+		body = b
+	}
+	if !json.Valid(body) {
+		return usagef("--payload is not valid JSON")
+	}
+	_, pool, err := db.admin(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	ids, err := outbox.Producer{Table: db.table}.Enqueue(ctx, tx, outbox.NewMessage{
+		AggregateType: aggregateType, AggregateID: aggregateID, EventType: eventTyp, Payload: json.RawMessage(body),
+	})
+	if err != nil {
+		return cleanErr(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintln(e.stdout, ids[0])
+	return nil
+}
+
+func runStatus(ctx context.Context, e *env, args []string) error {
+	var db dbFlags
+	var asJSON bool
+	fs := newFlagSet(e, "status", "status [--json]")
+	db.register(fs)
+	fs.BoolVar(&asJSON, "json", false, "print JSON (stable shape)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	a, pool, err := db.admin(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	st, err := a.Status(ctx)
+	if err != nil {
+		return cleanErr(err)
+	}
+	if asJSON {
+		return writeJSON(e.stdout, st)
+	}
+	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "table\t%s\n", db.table)
+	for _, s := range []string{"pending", "processing", "done", "dead"} {
+		fmt.Fprintf(w, "%s\t%d\n", s, st.Counts[s])
+	}
+	age := "none undelivered"
+	if st.OldestPendingAgeSeconds != nil {
+		age = (time.Duration(*st.OldestPendingAgeSeconds * float64(time.Second))).Round(time.Millisecond).String()
+	}
+	fmt.Fprintf(w, "oldest pending age\t%s\n", age)
+	fmt.Fprintf(w, "expired leases\t%d\n", st.ExpiredLeases)
+	if len(st.Attempts) > 0 {
+		keys := make([]int, 0, len(st.Attempts))
+		for k := range st.Attempts {
+			n, _ := strconv.Atoi(k)
+			keys = append(keys, n)
+		}
+		sort.Ints(keys)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = fmt.Sprintf("%d: %d", k, st.Attempts[strconv.Itoa(k)])
+		}
+		fmt.Fprintf(w, "attempts (undelivered)\t%s\n", strings.Join(parts, ", "))
+	}
+	return w.Flush()
+}
+
+func runDead(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			fmt.Fprintln(e.stdout, "Usage: outboxd dead list [--json] [--limit N] [--after ID] | dead retry --all|ID... | dead skip ID...")
+			return nil
+		}
+		return usagef("dead: want a subcommand: list, retry or skip")
+	}
+	switch args[0] {
+	case "list":
+		return runDeadList(ctx, e, args[1:])
+	case "retry":
+		return runDeadMove(ctx, e, "retry", args[1:])
+	case "skip":
+		return runDeadMove(ctx, e, "skip", args[1:])
+	default:
+		return usagef("dead: unknown subcommand %q (want list, retry or skip)", args[0])
+	}
+}
+
+func runDeadList(ctx context.Context, e *env, args []string) error {
+	var (
+		db     dbFlags
+		asJSON bool
+		limit  int
+		after  int64
+	)
+	fs := newFlagSet(e, "dead list", "dead list [--json] [--limit N] [--after ID]")
+	db.register(fs)
+	fs.BoolVar(&asJSON, "json", false, "print a JSON array (stable shape)")
+	fs.IntVar(&limit, "limit", 100, "at most this many messages")
+	fs.Int64Var(&after, "after", 0, "only ids greater than this (for paging)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	if limit < 1 {
+		return usagef("--limit must be positive")
+	}
+	a, pool, err := db.admin(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	dead, err := a.DeadList(ctx, after, limit)
+	if err != nil {
+		return cleanErr(err)
+	}
+	if asJSON {
+		if dead == nil {
+			dead = []outbox.DeadMessage{}
+		}
+		return writeJSON(e.stdout, dead)
+	}
+	if len(dead) == 0 {
+		fmt.Fprintln(e.stdout, "no dead messages")
+		return nil
+	}
+	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tAGGREGATE\tEVENT\tATTEMPTS\tCREATED\tLAST ERROR")
+	for _, d := range dead {
+		fmt.Fprintf(w, "%d\t%s/%s\t%s\t%d\t%s\t%s\n", d.ID, d.AggregateType, d.AggregateID, d.EventType,
+			d.Attempts, d.CreatedAt.UTC().Format(time.RFC3339), oneLine(d.LastError, 80))
+	}
+	return w.Flush()
+}
+
+func runDeadMove(ctx context.Context, e *env, verb string, args []string) error {
+	var db dbFlags
+	var all bool
+	synopsis := "dead skip ID..."
+	if verb == "retry" {
+		synopsis = "dead retry --all|ID..."
+	}
+	fs := newFlagSet(e, "dead "+verb, synopsis)
+	db.register(fs)
+	if verb == "retry" {
+		fs.BoolVar(&all, "all", false, "retry every dead message")
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	ids, err := parseIDs(fs.Args())
+	if err != nil {
+		return err
+	}
+	switch {
+	case all && len(ids) > 0:
+		return usagef("dead retry: give --all or ids, not both")
+	case !all && len(ids) == 0:
+		return usagef("dead %s: no ids given", verb)
+	}
+	a, pool, err := db.admin(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var moved []int64
+	switch {
+	case all:
+		moved, err = a.DeadRetryAll(ctx)
+	case verb == "retry":
+		moved, err = a.DeadRetry(ctx, ids...)
+	default:
+		moved, err = a.DeadSkip(ctx, ids...)
+	}
+	if err != nil {
+		return cleanErr(err)
+	}
+	past := map[string]string{"retry": "retried", "skip": "skipped"}[verb]
+	fmt.Fprintf(e.stdout, "%s %d message(s)%s\n", past, len(moved), idList(moved))
+	if missing := missingIDs(ids, moved); len(missing) > 0 {
+		return fmt.Errorf("not dead (or not found): %s", joinIDs(missing))
+	}
+	return nil
+}
+
+func runPurge(ctx context.Context, e *env, args []string) error {
+	var (
+		db        dbFlags
+		olderThan time.Duration
+		batch     int
+	)
+	fs := newFlagSet(e, "purge", "purge --older-than DURATION [--batch N]")
+	db.register(fs)
+	olderFlag := durVar(fs, &olderThan, "older-than", 0, "delete done messages finished longer ago than this (e.g. 7d, 36h) (required)")
+	fs.IntVar(&batch, "batch", 1000, "rows per DELETE")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	if !olderFlag.set {
+		return usagef("purge: --older-than is required")
+	}
+	if olderThan < 0 {
+		return usagef("--older-than must not be negative")
+	}
+	if batch < 1 {
+		return usagef("--batch must be positive")
+	}
+	a, pool, err := db.admin(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	n, err := a.Purge(ctx, olderThan, &outbox.PurgeOpts{BatchSize: batch, Progress: func(total int64) {
+		fmt.Fprintf(e.stderr, "purged %d...\n", total)
+	}})
+	if err != nil {
+		return cleanErr(err)
+	}
+	fmt.Fprintf(e.stdout, "purged %d done message(s) older than %s\n", n, olderThan)
+	return nil
+}
+
+func noArgs(fs interface {
+	Args() []string
+	Name() string
+}) error {
+	if len(fs.Args()) > 0 {
+		return usagef("%s: unexpected argument %q", fs.Name(), fs.Args()[0])
+	}
+	return nil
+}
+
+func parseIDs(args []string) ([]int64, error) {
+	ids := make([]int64, 0, len(args))
+	for _, a := range args {
+		id, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || id < 1 {
+			return nil, usagef("%q is not a message id", a)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+func missingIDs(want, got []int64) []int64 {
+	have := make(map[int64]bool, len(got))
+	for _, id := range got {
+		have[id] = true
+	}
+	var out []int64
+	for _, id := range want {
+		if !have[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func joinIDs(ids []int64) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = strconv.FormatInt(id, 10)
+	}
+	return strings.Join(s, " ")
+}
+
+func idList(ids []int64) string {
+	if len(ids) == 0 || len(ids) > 20 {
+		return ""
+	}
+	return ": " + joinIDs(ids)
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// cleanErr drops the library's "outbox: " prefixes: the CLI prints its own.
+func cleanErr(err error) error {
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), "outbox: ", ""))
+}

@@ -1,0 +1,174 @@
+// Package cli implements the outboxd command line. Every command prints one
+// clear error line on stderr and exits non-zero on failure: 2 for bad usage
+// or input, 1 for a failure while running (database unreachable, missing
+// table, ...). Secrets in the DSN never reach the output.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+// Exit codes.
+const (
+	ExitOK      = 0
+	ExitFailure = 1
+	ExitUsage   = 2
+)
+
+// env is what a command runs with.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, e *env, args []string) error
+}
+
+func commands() []command {
+	return []command{
+		{"migrate", "create the outbox table, its indexes and wake-up trigger (idempotent)", runMigrate},
+		{"enqueue", "insert one message (prints its id)", runEnqueue},
+		{"run", "relay messages to a sink until stopped (or drained)", runRun},
+		{"status", "show counts by status, oldest pending age, expired leases, attempts", runStatus},
+		{"dead", "list, retry or skip dead messages (dead list|retry|skip)", runDead},
+		{"purge", "delete done messages older than a duration, in batches", runPurge},
+		{"demo", "run the whole pipeline on a throwaway database and show a summary", runDemo},
+		{"bench", "measure drain throughput, round trips and delivery lag", runBench},
+		{"version", "print the version", runVersion},
+	}
+}
+
+// Version is set at build time with -ldflags "-X github.com/outboxd/outbox/internal/cli.Version=...".
+var Version = "dev"
+
+// usageError marks bad usage or input: exit code 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// Main runs the command line and returns the process exit code.
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv}
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		printUsage(stdout)
+		if len(args) == 0 {
+			return ExitUsage
+		}
+		return ExitOK
+	}
+	name := args[0]
+	for _, c := range commands() {
+		if c.name != name {
+			continue
+		}
+		ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		err := c.run(ctx, e, args[1:])
+		return report(e, err)
+	}
+	fmt.Fprintf(stderr, "outboxd: unknown command %q (run `outboxd help`)\n", name)
+	return ExitUsage
+}
+
+func report(e *env, err error) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return ExitOK
+	}
+	msg := strings.Join(strings.Fields(err.Error()), " ")
+	fmt.Fprintf(e.stderr, "outboxd: %s\n", msg)
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return ExitUsage
+	}
+	return ExitFailure
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprintln(w, "outboxd relays a PostgreSQL transactional outbox to a sink, at least once, under lease and fencing.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Usage: outboxd COMMAND [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Every command takes --dsn (else $OUTBOX_DSN, else the libpq environment: PGHOST, PGUSER, ...)")
+	fmt.Fprintln(w, "and --table (default outbox; may be schema-qualified). `outboxd COMMAND -h` lists a command's flags.")
+}
+
+// newFlagSet returns a flag set that reports errors as usage errors instead
+// of printing and exiting.
+func newFlagSet(e *env, name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stdout, "Usage: outboxd %s\n\nFlags:\n", synopsis)
+		fs.SetOutput(e.stdout)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	return fs
+}
+
+// parseFlags parses args, turning flag errors into usage errors and -h into
+// the flag list.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.Usage()
+			return flag.ErrHelp
+		}
+		return usagef("%s: %v", fs.Name(), err)
+	}
+	return nil
+}
+
+func runVersion(_ context.Context, e *env, _ []string) error {
+	fmt.Fprintln(e.stdout, "outboxd", Version)
+	return nil
+}
+
+// logFlags are the logging options of long-running commands.
+type logFlags struct {
+	format string
+	level  string
+}
+
+func (l *logFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&l.format, "log-format", "text", "log format: text or json")
+	fs.StringVar(&l.level, "log-level", "info", "log level: debug, info, warn or error")
+}
+
+func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(l.level)); err != nil {
+		return nil, usagef("--log-level: %q is not one of debug, info, warn, error", l.level)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch l.format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, usagef("--log-format: %q is not one of text, json", l.format)
+	}
+}

@@ -1,0 +1,146 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outbox"
+)
+
+// dbFlags are the connection options every command takes.
+type dbFlags struct {
+	dsn   string
+	table string
+}
+
+func (d *dbFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&d.dsn, "dsn", "", "PostgreSQL connection string (default $OUTBOX_DSN, else the libpq environment)")
+	fs.StringVar(&d.table, "table", outbox.TableDefault, "outbox table, NAME or SCHEMA.NAME")
+}
+
+// resolveDSN applies the precedence --dsn > $OUTBOX_DSN > libpq environment
+// (an empty string, which pgx completes from PGHOST, PGUSER, ...).
+func (d *dbFlags) resolveDSN(e *env) string {
+	if d.dsn != "" {
+		return d.dsn
+	}
+	return e.getenv("OUTBOX_DSN")
+}
+
+// connect opens a pool and checks that the server answers. Errors never
+// contain the password.
+func (d *dbFlags) connect(ctx context.Context, e *env, maxConns int32) (*pgxpool.Pool, error) {
+	dsn := d.resolveDSN(e)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, usagef("invalid DSN: %s", redact(err.Error(), dsn, ""))
+	}
+	password := cfg.ConnConfig.Password
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	cfg.ConnConfig.ConnectTimeout = cmpDuration(cfg.ConnConfig.ConnectTimeout, 10*time.Second)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to PostgreSQL: %s", redact(err.Error(), dsn, password))
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, cfg.ConnConfig.ConnectTimeout+time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("cannot reach PostgreSQL: %s", redact(describeConnErr(err), dsn, password))
+	}
+	return pool, nil
+}
+
+func cmpDuration(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+func describeConnErr(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Message
+	}
+	return err.Error()
+}
+
+// redact removes the password (and the whole DSN, which may hold it in a
+// form the parser could not read) from an error text.
+func redact(msg, dsn, password string) string {
+	if dsn != "" && len(dsn) > 8 {
+		msg = strings.ReplaceAll(msg, dsn, "[dsn redacted]")
+	}
+	if password != "" {
+		msg = strings.ReplaceAll(msg, password, "xxxxx")
+	}
+	return msg
+}
+
+// admin connects and returns an Admin for the table.
+func (d *dbFlags) admin(ctx context.Context, e *env) (*outbox.Admin, *pgxpool.Pool, error) {
+	if _, err := outbox.NewAdmin(nil, d.table); err != nil {
+		return nil, nil, usagef("--table: %v", strings.TrimPrefix(err.Error(), "outbox: "))
+	}
+	pool, err := d.connect(ctx, e, 4)
+	if err != nil {
+		return nil, nil, err
+	}
+	a, _ := outbox.NewAdmin(pool, d.table)
+	return a, pool, nil
+}
+
+// parseDuration is time.ParseDuration that also takes whole days ("7d").
+func parseDuration(s string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err == nil && n >= 0 && n < 100000 {
+			return time.Duration(n) * 24 * time.Hour, nil
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("invalid duration %q (examples: 30s, 5m, 36h, 7d)", s)
+	}
+	return d, nil
+}
+
+// durationFlag is a flag.Value for parseDuration.
+type durationFlag struct {
+	d   *time.Duration
+	set bool
+}
+
+func (f *durationFlag) String() string {
+	if f.d == nil {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f *durationFlag) Set(s string) error {
+	d, err := parseDuration(s)
+	if err != nil {
+		return err
+	}
+	*f.d, f.set = d, true
+	return nil
+}
+
+func durVar(fs *flag.FlagSet, p *time.Duration, name string, def time.Duration, usage string) *durationFlag {
+	*p = def
+	f := &durationFlag{d: p}
+	fs.Var(f, name, usage)
+	return f
+}

@@ -1,0 +1,381 @@
+// Package httpsink delivers outbox messages to an HTTP webhook as
+// CloudEvents in binary content mode: one POST per message, the payload as
+// the body, the event attributes as ce-* headers.
+//
+// Outcomes map onto the [outbox.Sink] classification:
+//
+//   - 2xx: delivered.
+//   - 425 Too Early: [outbox.Defer], the receiver is not ready for this
+//     event yet (its delay comes from Retry-After, else
+//     [Options.DeferDelay]).
+//   - 408, 429 and 5xx: [outbox.RetryableAfter], with Retry-After as the
+//     floor of the backoff.
+//   - Timeouts, connection errors and a cancelled context: [outbox.Retryable].
+//   - Anything else, 3xx included (redirects are never followed): a
+//     [outbox.Permanent] error carrying the status and a body excerpt.
+package httpsink
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/outboxd/outbox"
+)
+
+// Defaults for [Options] fields and the transport built when
+// [Options.Client] is nil.
+const (
+	MaxErrorBodyDefault        = 256
+	MaxIdleConnsPerHostDefault = 64
+	DialTimeoutDefault         = 10 * time.Second
+	TLSHandshakeTimeoutDefault = 10 * time.Second
+	IdleConnTimeoutDefault     = 90 * time.Second
+	// MaxRetryAfter caps the delay taken from a Retry-After header, so a
+	// misconfigured receiver cannot park messages for years.
+	MaxRetryAfter = 24 * time.Hour
+)
+
+// maxDrain bounds how much of a response body is read and discarded so the
+// connection can be reused; a larger body costs a new connection, not an
+// unbounded read.
+const maxDrain = 64 << 10
+
+// Options configures a [Sink]. A nil *Options means all defaults.
+type Options struct {
+	// Client sends the requests. Its CheckRedirect is replaced (on a copy) so
+	// that redirects are returned, not followed: a 301/302 turns a POST into
+	// a body-less GET whose 200 would mark the message delivered. Leave
+	// Client.Timeout at zero: the publish context already bounds each
+	// request. Defaults to a client with its own keep-alive transport
+	// (MaxIdleConnsPerHostDefault idle connections, DialTimeoutDefault,
+	// TLSHandshakeTimeoutDefault, proxies from the environment), whose idle
+	// connections Close releases.
+	Client *http.Client
+	// DeferDelay is the delay of the [outbox.Defer] returned for a 425
+	// without a usable Retry-After. Defaults to 0, which lets the
+	// dispatcher's DeferDelay apply.
+	DeferDelay time.Duration
+	// Headers are extra static headers sent with every request (an
+	// Authorization token, a tenant id). They cannot replace the headers the
+	// sink sets itself (Content-Type, Idempotency-Key, ce-*, Outbox-*).
+	// Defaults to none.
+	Headers http.Header
+	// MaxErrorBody is how many bytes of a failed response's body are kept in
+	// the returned error. Defaults to MaxErrorBodyDefault; negative keeps
+	// none.
+	MaxErrorBody int
+}
+
+// Sink is an [outbox.Sink] that POSTs each message to one URL. It is safe for
+// concurrent use.
+type Sink struct {
+	client       *http.Client
+	deferDelay   time.Duration
+	headers      http.Header
+	maxErrorBody int
+	// origin (scheme://host) names the endpoint in errors: the path and
+	// query may embed secrets (many webhook URLs do) and the userinfo
+	// certainly does, so neither goes into last_error or logs.
+	origin       string
+	ownTransport *http.Transport
+	url          string
+	user         *url.Userinfo
+}
+
+var _ outbox.Sink = (*Sink)(nil)
+
+// New returns a Sink posting to rawURL, which must be an absolute http:// or
+// https:// URL. Userinfo in the URL (https://user:password@host/...) is sent
+// as HTTP Basic authentication and never appears in errors.
+func New(rawURL string, opts *Options) (*Sink, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("httpsink: malformed URL: %s", scrub(parseErrText(err), rawURL))
+	}
+	switch u.Scheme {
+	case "http", "https":
+	case "":
+		return nil, errors.New("httpsink: URL has no scheme; want an http:// or https:// URL")
+	default:
+		return nil, fmt.Errorf("httpsink: unsupported URL scheme %q; want http or https", u.Scheme)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("httpsink: URL has no host; want %s://host/path", u.Scheme)
+	}
+	if opts.DeferDelay < 0 {
+		return nil, fmt.Errorf("httpsink: DeferDelay must not be negative, got %s", opts.DeferDelay)
+	}
+	s := &Sink{
+		deferDelay:   opts.DeferDelay,
+		headers:      opts.Headers.Clone(),
+		maxErrorBody: opts.MaxErrorBody,
+		origin:       u.Scheme + "://" + u.Host,
+		user:         u.User,
+	}
+	if s.maxErrorBody == 0 {
+		s.maxErrorBody = MaxErrorBodyDefault
+	}
+	// The password travels only in the Authorization header, so no error
+	// built from the request URL (by net/http or by us) can carry it.
+	u.User = nil
+	s.url = u.String()
+	if opts.Client != nil {
+		c := *opts.Client
+		c.CheckRedirect = noRedirect
+		s.client = &c
+	} else {
+		s.ownTransport = newTransport()
+		s.client = &http.Client{Transport: s.ownTransport, CheckRedirect: noRedirect}
+	}
+	return s, nil
+}
+
+func newTransport() *http.Transport {
+	dialer := &net.Dialer{Timeout: DialTimeoutDefault, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           dialer.DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          4 * MaxIdleConnsPerHostDefault,
+		MaxIdleConnsPerHost:   MaxIdleConnsPerHostDefault,
+		IdleConnTimeout:       IdleConnTimeoutDefault,
+		TLSHandshakeTimeout:   TLSHandshakeTimeoutDefault,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// Publish POSTs msg and classifies the outcome; see the package doc.
+func (s *Sink) Publish(ctx context.Context, msg *outbox.Message) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(msg.Payload))
+	if err != nil {
+		return outbox.Permanent(fmt.Errorf("httpsink: building request for %s: %w", s.origin, err))
+	}
+	h := req.Header
+	for k, vs := range s.headers {
+		h[k] = append([]string(nil), vs...)
+	}
+	if s.user != nil && h.Get("Authorization") == "" {
+		pw, _ := s.user.Password()
+		req.SetBasicAuth(s.user.Username(), pw)
+	}
+	id := msg.IDString()
+	h.Set("Content-Type", "application/json")
+	// Besides telling the receiver how to deduplicate, Idempotency-Key makes
+	// net/http treat the POST as replayable, so a request that hit a
+	// keep-alive connection the server had just closed is retried on a new
+	// one instead of failing.
+	h.Set("Idempotency-Key", id)
+	h.Set("Ce-Specversion", "1.0")
+	h.Set("Ce-Id", id)
+	h.Set("Ce-Type", percentEncode(msg.EventType))
+	h.Set("Ce-Source", percentEncode(msg.AggregateType))
+	h.Set("Ce-Subject", percentEncode(msg.AggregateID))
+	h.Set("Ce-Time", msg.CreatedAt.UTC().Format(time.RFC3339Nano))
+	h.Set("Outbox-Fencing-Token", strconv.FormatInt(msg.FencingToken, 10))
+	h.Set("Outbox-Attempt", strconv.Itoa(msg.Attempt))
+
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return outbox.Retryable(s.transportError(err))
+	}
+	defer drainClose(resp.Body)
+
+	code := resp.StatusCode
+	switch {
+	case code >= 200 && code <= 299:
+		return nil
+	case code == http.StatusTooEarly:
+		delay, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		if !ok {
+			delay = s.deferDelay
+		}
+		return outbox.Defer(delay, s.statusError(resp).Error())
+	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests, code >= 500 && code <= 599:
+		floor, _ := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		return outbox.RetryableAfter(s.statusError(resp), floor)
+	default:
+		return outbox.Permanent(s.statusError(resp))
+	}
+}
+
+// Close releases the idle connections of the transport the sink built. A
+// client passed in [Options.Client] belongs to the caller and is left alone.
+func (s *Sink) Close() error {
+	if s.ownTransport != nil {
+		s.ownTransport.CloseIdleConnections()
+	}
+	return nil
+}
+
+// transportError rewrites net/http's *url.Error, whose text holds the full
+// request URL, to name only the origin; the cause stays wrapped so callers
+// can still match context.DeadlineExceeded, net.Error and the like.
+func (s *Sink) transportError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return fmt.Errorf("httpsink: POST %s: %w", s.origin, err)
+}
+
+// statusError reads a bounded excerpt of the body for the error text.
+func (s *Sink) statusError(resp *http.Response) error {
+	msg := fmt.Sprintf("httpsink: POST %s: HTTP %d", s.origin, resp.StatusCode)
+	if text := http.StatusText(resp.StatusCode); text != "" {
+		msg += " " + text
+	}
+	if s.maxErrorBody > 0 {
+		// One extra byte tells whether the body was cut.
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, int64(s.maxErrorBody)+1))
+		if excerpt := truncate(b, s.maxErrorBody); excerpt != "" {
+			msg += ": " + excerpt
+		}
+	}
+	return errors.New(msg)
+}
+
+// truncate returns b as valid UTF-8 of at most limit bytes of b, cut on a
+// rune boundary and ending in "…" when b was longer. Control characters
+// become spaces so the excerpt stays one line in last_error and in logs.
+func truncate(b []byte, limit int) string {
+	cut := len(b) > limit
+	if cut {
+		n := limit
+		// Back up to the start of the rune straddling the limit; at most
+		// UTFMax-1 steps for valid UTF-8, bounded anyway for garbage.
+		for i := 0; i < utf8.UTFMax && n > 0 && !utf8.RuneStart(b[n]); i++ {
+			n--
+		}
+		b = b[:n]
+	}
+	s := strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(string(b), "\uFFFD"))
+	s = strings.TrimSpace(s)
+	if cut {
+		s += "…"
+	}
+	return s
+}
+
+func drainClose(body io.ReadCloser) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, maxDrain))
+	_ = body.Close()
+}
+
+// percentEncode encodes a header value as the CloudEvents HTTP binding
+// (section 3.1.3.2) requires: space, double quote, percent and every byte
+// outside printable ASCII 0x21-0x7E become %XY of the UTF-8 bytes, upper-case.
+func percentEncode(v string) string {
+	const hex = "0123456789ABCDEF"
+	n := 0
+	for i := 0; i < len(v); i++ {
+		if needsEncoding(v[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return v
+	}
+	var b strings.Builder
+	b.Grow(len(v) + 2*n)
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if needsEncoding(c) {
+			b.WriteByte('%')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&0x0F])
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+func needsEncoding(c byte) bool { return c < 0x21 || c > 0x7E || c == '"' || c == '%' }
+
+// ParseRetryAfter parses an HTTP Retry-After value, either delta-seconds
+// ("120") or an HTTP-date ("Wed, 21 Oct 2015 07:28:00 GMT") taken relative
+// to now. A date in the past gives 0; values beyond [MaxRetryAfter] are
+// capped to it. ok is false when value is empty or not in either form.
+func ParseRetryAfter(value string, now time.Time) (d time.Duration, ok bool) {
+	value = strings.TrimSpace(value)
+	if value == "" {
+		return 0, false
+	}
+	if allDigits(value) {
+		secs, err := strconv.ParseUint(value, 10, 64)
+		if err != nil || secs > uint64(MaxRetryAfter/time.Second) {
+			// Only overflow fails here, and an overflowing number of
+			// seconds is as absurd as any other huge one.
+			return MaxRetryAfter, true
+		}
+		return time.Duration(secs) * time.Second, true
+	}
+	t, err := http.ParseTime(value)
+	if err != nil {
+		return 0, false
+	}
+	// Sub saturates instead of overflowing, so clamping is enough.
+	return min(max(t.Sub(now), 0), MaxRetryAfter), true
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// parseErrText drops the raw URL that *url.Error quotes, since it may hold
+// a password.
+func parseErrText(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
+
+// scrub removes whatever looks like the userinfo of rawURL from msg. A URL
+// that failed to parse has no trustworthy structure, so this is a best
+// effort on top of parseErrText.
+func scrub(msg, rawURL string) string {
+	rest := rawURL
+	if i := strings.Index(rest, "://"); i >= 0 {
+		rest = rest[i+3:]
+	}
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	at := strings.LastIndex(rest, "@")
+	if at <= 0 {
+		return msg
+	}
+	userinfo := rest[:at]
+	if _, pw, ok := strings.Cut(userinfo, ":"); ok && pw != "" {
+		msg = strings.ReplaceAll(msg, pw, "xxxxx")
+	}
+	return strings.ReplaceAll(msg, userinfo, "xxxxx")
+}
