@@ -82,13 +82,38 @@ func New(table string) (*Store, error) {
 		deadSkip:     load("sql/dead_skip.sql"),
 		purge:        load("sql/purge.sql"),
 		undelivered:  load("sql/undelivered.sql"),
-		migrate:      load("migration/001_create.sql"),
+		migrate:      r.Replace(migrate),
 		seed: SeedStatements{
 			Reap:  load("sql/seed_reap.sql"),
 			Claim: load("sql/seed_claim.sql"),
 			Done:  load("sql/seed_done.sql"),
 		},
 	}, nil
+}
+
+// dollarTag returns a dollar-quote delimiter that does not occur in name, so
+// the name quoted inside the wake function's body cannot end the body.
+func dollarTag(name string) string {
+	for i := 0; ; i++ {
+		tag := "$outboxd" + strconv.Itoa(i) + "$"
+		if !strings.Contains(name, tag) {
+			return tag
+		}
+	}
+}
+
+// maxChannel is PostgreSQL's limit on a notification channel name (the
+// identifier limit): pg_notify raises an error past it.
+const maxChannel = 63
+
+// checkChannel refuses a table whose wake-up channel "schema.name" is too
+// long: its trigger would fail every INSERT while a dispatcher waits.
+func checkChannel(schema, name string) error {
+	if n := len(schema) + 1 + len(name); n > maxChannel {
+		return fmt.Errorf("outbox table %s.%s: its notification channel is %d bytes, over PostgreSQL's %d; use a shorter schema or table name",
+			schema, name, n, maxChannel)
+	}
+	return nil
 }
 
 // QuotedTable is the table's quoted identifier, for callers that build

@@ -1,0 +1,15 @@
+package store
+
+// ClaimSQL returns the claim statement as Claim runs it, for plan tests.
+func (s *Store) ClaimSQL(ordered bool) string {
+	if ordered {
+		return s.claimOrdered
+	}
+	return s.claim
+}
+
+// UndeliveredSQL returns the statement Undelivered runs, for plan tests.
+func (s *Store) UndeliveredSQL() string { return s.undelivered }
+
+// FinalizeSQL returns the statement Finalize runs, for plan tests.
+func (s *Store) FinalizeSQL() string { return s.finalize }

@@ -1,0 +1,204 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outbox/internal/store"
+)
+
+// planNode is the part of EXPLAIN (FORMAT JSON) output the assertions read.
+type planNode struct {
+	NodeType     string     `json:"Node Type"`
+	RelationName string     `json:"Relation Name"`
+	Schema       string     `json:"Schema"`
+	Alias        string     `json:"Alias"`
+	IndexName    string     `json:"Index Name"`
+	IndexCond    string     `json:"Index Cond"`
+	Plans        []planNode `json:"Plans"`
+}
+
+// walk calls fn on n and every node below it.
+func (n *planNode) walk(fn func(*planNode)) {
+	fn(n)
+	for i := range n.Plans {
+		n.Plans[i].walk(fn)
+	}
+}
+
+// explain returns the plan of q, run as a prepared statement executed with
+// args (SQL literals), as text for the log and as parsed JSON for the
+// assertions. generic forces the plan a prepared statement may switch to
+// after its first executions, which cannot see the parameter values.
+func explain(t *testing.T, pool *pgxpool.Pool, q string, generic bool, args string) (string, planNode) {
+	t.Helper()
+	ctx := t.Context()
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	mode := "force_custom_plan"
+	if generic {
+		mode = "force_generic_plan"
+	}
+	// Session state on a pooled connection: undone before it goes back.
+	_, err = conn.Exec(ctx, "SET plan_cache_mode = "+mode)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "PREPARE plan_probe AS "+q)
+	require.NoError(t, err)
+	defer func() {
+		_, err := conn.Exec(context.WithoutCancel(ctx), "DEALLOCATE plan_probe; RESET plan_cache_mode")
+		require.NoError(t, err)
+	}()
+
+	rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE plan_probe("+args+")")
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+
+	var js string
+	require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON, VERBOSE) EXECUTE plan_probe("+args+")").Scan(&js))
+	var doc []struct {
+		Plan planNode `json:"Plan"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(js), &doc))
+	require.Len(t, doc, 1)
+	return strings.Join(lines, "\n"), doc[0].Plan
+}
+
+// TestPlansUsePartialIndexes proves the hot statements stay index-driven
+// when done rows dominate the table: no sequential scan of the outbox and
+// no walk of its primary key, only the partial indexes that hold
+// undelivered rows (and primary-key probes for ids already chosen).
+func TestPlansUsePartialIndexes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+
+	b.exec(t, `INSERT INTO {{table}} (aggregate_type, aggregate_id, event_type, payload, status, attempts, done_at)
+		SELECT 'order', 'order-' || (g % 20000), 'OrderPlaced', '{}'::jsonb, 'done', 1, now() - interval '1 hour'
+		FROM generate_series(1, 200000) AS g`)
+	b.exec(t, `INSERT INTO {{table}} (aggregate_type, aggregate_id, event_type, payload)
+		SELECT 'order', 'order-' || (g % 500), 'OrderPaid', '{}'::jsonb
+		FROM generate_series(1, 1000) AS g`)
+	b.exec(t, "ANALYZE {{table}}")
+	st, err := b.st.Status(ctx, b.pool)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{"pending": 1000, "processing": 0, "done": 200000, "dead": 0}, st.Counts)
+
+	name := b.st.Table.Name
+	for _, tc := range []struct {
+		name  string
+		sql   string
+		args  string
+		want  []string // every one used
+		anyOf []string // at least one used
+	}{
+		{
+			name: "Claim",
+			sql:  b.st.ClaimSQL(false),
+			// owner, batch, lease (30 s in µs), max attempts, clear wait.
+			args: "'planner', 50, 30000000, 12, false",
+			want: []string{name + "_ready", name + "_leased"},
+		},
+		{
+			name: "ClaimOrdered",
+			sql:  b.st.ClaimSQL(true),
+			args: "'planner', 50, 30000000, 12, false",
+			want: []string{name + "_ready", name + "_leased", name + "_aggregate_head"},
+		},
+		{
+			name: "Finalize",
+			sql:  b.st.FinalizeSQL(),
+			// owner, ids, versions, statuses, delays, refunds, errors.
+			args: `'planner', '{1000, 200500, 201000}', '{1, 1, 1}', '{done, pending, dead}', '{0, 1000000, 0}', '{0, 0, 0}', '{"", timeout, bad}'`,
+			// Probes for the given ids, or a read of the processing rows
+			// when the statistics say there are next to none.
+			anyOf: []string{name + "_pkey", name + "_leased"},
+		},
+		{
+			name: "Undelivered",
+			sql:  b.st.UndeliveredSQL(),
+			args: "false",
+			want: []string{name + "_ready", name + "_leased"},
+		},
+		{
+			name: "UndeliveredOrdered",
+			sql:  b.st.UndeliveredSQL(),
+			args: "true",
+			want: []string{name + "_ready", name + "_leased", name + "_aggregate_head"},
+		},
+	} {
+		for _, generic := range []bool{false, true} {
+			mode := "Custom"
+			if generic {
+				mode = "Generic"
+			}
+			t.Run(tc.name+"/"+mode, func(t *testing.T) {
+				t.Parallel()
+				text, plan := explain(t, b.pool, tc.sql, generic, tc.args)
+				t.Logf("%s plan (%s), 200000 done and 1000 pending rows:\n%s", tc.name, mode, text)
+				requireIndexDriven(t, b.st, plan, tc.want, tc.anyOf)
+			})
+		}
+	}
+}
+
+// pointLookup is a primary-key condition that probes given ids: one
+// claimed row (a join on id) or a bounded list of them (= ANY of an InitPlan
+// whose own scan used a partial index).
+var pointLookup = regexp.MustCompile(`^\(\S+\.id = (\S+\.id|ANY \(\$\d+\))\)$`)
+
+// requireIndexDriven fails when plan reads the outbox table sequentially or
+// walks its primary key, or when it does not use every index in want. A
+// primary-key probe for one id (the UPDATE finding the rows the CTEs picked)
+// is a point lookup per claimed row, not a walk, and is allowed.
+func requireIndexDriven(t *testing.T, st *store.Store, plan planNode, want, anyOf []string) {
+	t.Helper()
+	name := st.Table.Name
+	used := map[string]bool{}
+	plan.walk(func(n *planNode) {
+		if n.RelationName != name {
+			return
+		}
+		require.NotEqual(t, "Seq Scan", n.NodeType, "sequential scan of %s (alias %s)", name, n.Alias)
+		if n.IndexName != "" {
+			used[n.IndexName] = true
+		}
+		if n.IndexName == name+"_pkey" {
+			require.Regexp(t, pointLookup, n.IndexCond,
+				"primary key of %s used for more than a point lookup (alias %s)", name, n.Alias)
+		}
+	})
+	plan.walk(func(n *planNode) {
+		// Bitmap scans name the index on the child node.
+		if n.NodeType == "Bitmap Index Scan" {
+			used[n.IndexName] = true
+			if n.IndexName == name+"_pkey" {
+				require.Regexp(t, pointLookup, n.IndexCond)
+			}
+		}
+	})
+	for _, idx := range want {
+		require.True(t, used[idx], "plan does not use %s; used %s", idx, strings.Join(keys(used), ", "))
+	}
+	if len(anyOf) > 0 {
+		require.True(t, slices.ContainsFunc(anyOf, func(idx string) bool { return used[idx] }),
+			"plan uses none of %s; used %s", strings.Join(anyOf, ", "), strings.Join(keys(used), ", "))
+	}
+}
+
+func keys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
