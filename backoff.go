@@ -13,15 +13,22 @@ func FullJitter(attempt int, base, cap, floor time.Duration) time.Duration {
 	ceiling := time.Duration(0)
 	if base > 0 && cap > 0 {
 		ceiling = base
-		// Doubling step by step cannot overflow: it stops at cap.
+		// Doubling step by step stops at cap, and before a doubling past
+		// cap could overflow (cap may be near the largest Duration).
 		for i := 0; i < attempt && ceiling < cap; i++ {
+			if ceiling > cap/2 {
+				ceiling = cap
+				break
+			}
 			ceiling *= 2
 		}
 		ceiling = min(ceiling, cap)
 	}
 	d := time.Duration(0)
 	if ceiling > 0 {
-		d = rand.N(ceiling + 1)
+		// Unsigned, so ceiling+1 cannot overflow when ceiling is the
+		// largest Duration.
+		d = time.Duration(rand.Uint64N(uint64(ceiling) + 1))
 	}
 	return max(d, floor)
 }

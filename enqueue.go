@@ -102,7 +102,7 @@ func insert(ctx context.Context, tx any, q string, args []any) ([]int64, error) 
 	case sqlQuerier:
 		rows, err := tx.QueryContext(ctx, q, args...)
 		if err != nil {
-			return nil, fmt.Errorf("outbox: enqueue: %w", err)
+			return nil, fmt.Errorf("outbox: enqueue: %w", translateProducerErr(err))
 		}
 		defer rows.Close()
 		var ids []int64
@@ -114,7 +114,7 @@ func insert(ctx context.Context, tx any, q string, args []any) ([]int64, error) 
 			ids = append(ids, id)
 		}
 		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("outbox: enqueue: %w", err)
+			return nil, fmt.Errorf("outbox: enqueue: %w", translateProducerErr(err))
 		}
 		return ids, nil
 	default:

@@ -1,0 +1,260 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outbox"
+)
+
+func TestRetryableFailuresBackOffThenGoDead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.enqueueN(t, 1, "a")[0]
+
+	fail := make(chan struct{})
+	rec := newRecorder(func(ctx context.Context, _ *outbox.Message) error {
+		select {
+		case <-fail:
+		case <-ctx.Done():
+		}
+		return outbox.Retryable(errors.New("broker down"))
+	})
+	// No notify and a long poll: after its first claim the dispatcher claims
+	// once more, finds nothing and sleeps, so each attempt's result can be
+	// read before anything claims the row again.
+	d := b.dispatcher(t, rec.Sink(), &outbox.Config{
+		Workers: 1, BatchSize: 1, MaxAttempts: 3,
+		RetryBase: time.Millisecond, RetryCap: 5 * time.Millisecond,
+		DisableNotify: true, PollInterval: time.Minute,
+	})
+	t.Cleanup(func() { _ = d.Stop() })
+
+	for attempt := 1; attempt <= 3; attempt++ {
+		// The backoff is a few ms; a claim sent before it ends would miss the row.
+		eventually(t, func() bool {
+			return b.tryQuery("SELECT available_at <= now() FROM "+b.quoted+" WHERE id = $1", id)
+		})
+		claims := d.Stats().Claims
+		require.NoError(t, d.Start(t.Context()))
+		eventually(t, func() bool { return d.Stats().Claims >= claims+2 })
+		fail <- struct{}{}
+		eventually(t, func() bool { st := d.Stats(); return st.Retried+st.Dead == int64(attempt) })
+		require.NoError(t, d.Stop())
+
+		r := b.row(t, id)
+		require.Equal(t, attempt, r.Attempts)
+		require.Equal(t, int64(attempt), r.LeaseVersion)
+		require.Nil(t, r.LeaseOwner)
+		if attempt < 3 {
+			require.Equal(t, "pending", r.Status, "after attempt %d", attempt)
+			require.Equal(t, "retryable: broker down", r.lastError())
+			continue
+		}
+		require.Equal(t, "dead", r.Status)
+		require.Equal(t, "retries exhausted: retryable: broker down", r.lastError())
+	}
+	for i, m := range rec.Messages() {
+		require.Equal(t, i+1, m.Attempt)
+		require.Equal(t, int64(i+1), m.FencingToken)
+	}
+	require.Equal(t, int64(2), d.Stats().Retried)
+	require.Equal(t, int64(1), d.Stats().Dead)
+}
+
+func TestRetryableAfterFloorIsRespected(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.enqueueN(t, 1, "a")[0]
+	const floor = 10 * time.Second
+
+	rec := newRecorder(func(context.Context, *outbox.Message) error {
+		return outbox.RetryableAfter(errors.New("429"), floor)
+	})
+	d := b.dispatcher(t, rec.Sink(), &outbox.Config{
+		MaxAttempts: 3, RetryBase: time.Millisecond, RetryCap: 5 * time.Millisecond,
+	})
+	before := b.dbNow(t)
+	start(t, d)
+	eventually(t, func() bool { return d.Stats().Retried == 1 })
+	after := b.dbNow(t)
+
+	r := b.row(t, id)
+	require.Equal(t, "pending", r.Status)
+	require.Equal(t, 1, r.Attempts)
+	require.Equal(t, "retryable (after 10s): 429", r.lastError())
+	// The floor dominates a jitter capped at 5ms: available_at is the
+	// finalize's now() plus exactly the floor.
+	require.GreaterOrEqual(t, r.AvailableAt.Sub(before), floor)
+	require.LessOrEqual(t, r.AvailableAt.Sub(after), floor)
+	require.Equal(t, 1, rec.Len())
+}
+
+func TestDefer(t *testing.T) {
+	t.Parallel()
+
+	t.Run("PushesAvailableAtAndRefundsTheAttempt", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			name       string
+			delay      time.Duration
+			deferDelay time.Duration
+			want       time.Duration
+		}{
+			{"OwnDelay", 5 * time.Minute, 0, 5 * time.Minute},
+			{"ZeroDelayTakesDeferDelay", 0, 2 * time.Minute, 2 * time.Minute},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				b := setup(t)
+				id := b.enqueueN(t, 1, "a")[0]
+				rec := newRecorder(func(context.Context, *outbox.Message) error {
+					return outbox.Defer(tc.delay, "customer not replicated yet")
+				})
+				d := b.dispatcher(t, rec.Sink(), &outbox.Config{DeferDelay: tc.deferDelay})
+				before := b.dbNow(t)
+				start(t, d)
+				eventually(t, func() bool { return d.Stats().Deferred == 1 })
+				after := b.dbNow(t)
+
+				r := b.row(t, id)
+				require.Equal(t, "pending", r.Status)
+				require.Zero(t, r.Attempts, "a defer consumed an attempt")
+				require.Equal(t, int64(1), r.LeaseVersion)
+				require.Nil(t, r.LeaseOwner)
+				require.Equal(t, "deferred: customer not replicated yet", r.lastError())
+				require.GreaterOrEqual(t, r.AvailableAt.Sub(before), tc.want)
+				require.LessOrEqual(t, r.AvailableAt.Sub(after), tc.want)
+			})
+		}
+	})
+
+	t.Run("MaxAgeSendsOldMessagesDead", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ids := b.enqueueN(t, 2, "a")
+		old, young := ids[0], ids[1]
+		b.exec(t, "UPDATE "+b.quoted+" SET created_at = now() - interval '2 hours' WHERE id = $1", old)
+
+		rec := newRecorder(func(context.Context, *outbox.Message) error {
+			return outbox.Defer(time.Minute, "not yet")
+		})
+		d := b.dispatcher(t, rec.Sink(), &outbox.Config{DeferMaxAge: time.Hour})
+		start(t, d)
+		eventually(t, func() bool { st := d.Stats(); return st.Deferred+st.Dead == 2 })
+
+		r := b.row(t, old)
+		require.Equal(t, "dead", r.Status)
+		require.Equal(t, 1, r.Attempts)
+		require.True(t, strings.HasPrefix(r.lastError(), "defer max age exceeded"), r.lastError())
+		require.Equal(t, "pending", b.row(t, young).Status, "a young message went dead")
+	})
+
+	t.Run("NoMaxAge", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := b.enqueueN(t, 1, "a")[0]
+		b.exec(t, "UPDATE "+b.quoted+" SET created_at = now() - interval '1 year' WHERE id = $1", id)
+
+		rec := newRecorder(func(context.Context, *outbox.Message) error { return outbox.Defer(time.Minute, "not yet") })
+		d := b.dispatcher(t, rec.Sink(), &outbox.Config{DeferMaxAge: -1})
+		start(t, d)
+		eventually(t, func() bool { return d.Stats().Deferred == 1 })
+		require.Equal(t, "pending", b.row(t, id).Status)
+	})
+}
+
+func TestFailureClassification(t *testing.T) {
+	t.Parallel()
+
+	t.Run("PermanentGoesDeadAtOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := b.enqueueN(t, 1, "a")[0]
+		rec := newRecorder(func(context.Context, *outbox.Message) error {
+			return outbox.Permanent(errors.New("invalid payload"))
+		})
+		d := b.dispatcher(t, rec.Sink(), &outbox.Config{MaxAttempts: 5})
+		drain(t, d)
+
+		r := b.row(t, id)
+		require.Equal(t, "dead", r.Status)
+		require.Equal(t, 1, r.Attempts)
+		require.Equal(t, "permanent: invalid payload", r.lastError())
+		require.Equal(t, 1, rec.Len())
+		require.Equal(t, int64(1), d.Stats().Dead)
+	})
+
+	t.Run("PanicGoesDeadAndDispatcherKeepsRunning", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ids := b.enqueueN(t, 2, "a")
+		rec := newRecorder(func(_ context.Context, m *outbox.Message) error {
+			if m.ID == ids[0] {
+				panic("nil map in sink")
+			}
+			return nil
+		})
+		// One worker: the second message is published by the goroutine
+		// that recovered from the panic.
+		d := b.dispatcher(t, rec.Sink(), &outbox.Config{Workers: 1, MaxAttempts: 5})
+		drain(t, d)
+
+		r := b.row(t, ids[0])
+		require.Equal(t, "dead", r.Status)
+		require.Equal(t, 1, r.Attempts)
+		require.Equal(t, "panic: nil map in sink", r.lastError())
+		require.Equal(t, "done", b.row(t, ids[1]).Status)
+		require.Equal(t, ids, rec.IDs())
+	})
+
+	// Unclassified errors and publish timeouts are retried: with two
+	// attempts, the sink sees both and the row dies of exhausted retries.
+	for _, tc := range []struct {
+		name    string
+		publish func(ctx context.Context, m *outbox.Message) error
+		reason  string
+	}{
+		{
+			name:    "UnclassifiedIsRetried",
+			publish: func(context.Context, *outbox.Message) error { return errors.New("something odd") },
+			reason:  "unclassified: something odd",
+		},
+		{
+			name: "PublishTimeoutIsRetried",
+			publish: func(ctx context.Context, _ *outbox.Message) error {
+				<-ctx.Done()
+				return ctx.Err()
+			},
+			reason: "publish timed out: context deadline exceeded",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			id := b.enqueueN(t, 1, "a")[0]
+			rec := newRecorder(tc.publish)
+			d := b.dispatcher(t, rec.Sink(), &outbox.Config{
+				MaxAttempts: 2, RetryBase: time.Millisecond, RetryCap: time.Millisecond,
+				PublishTimeout: 50 * time.Millisecond,
+			})
+			drain(t, d)
+
+			r := b.row(t, id)
+			require.Equal(t, "dead", r.Status)
+			require.Equal(t, 2, r.Attempts)
+			require.Equal(t, "retries exhausted: "+tc.reason, r.lastError())
+			msgs := rec.Messages()
+			require.Len(t, msgs, 2)
+			require.Equal(t, []int{1, 2}, []int{msgs[0].Attempt, msgs[1].Attempt})
+			st := d.Stats()
+			require.Equal(t, int64(1), st.Retried)
+			require.Equal(t, int64(1), st.Dead)
+		})
+	}
+}

@@ -1,0 +1,305 @@
+package outbox_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/internal/testdb"
+)
+
+// testBundle is one test's outbox table on the shared test server.
+type testBundle struct {
+	pool   *pgxpool.Pool
+	schema string
+	table  string // schema.outbox, as Config.Table and Producer.Table take it
+	quoted string // the same, quoted for SQL
+	admin  *outbox.Admin
+}
+
+// setup creates a schema for the test and migrates an outbox table in it.
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	pool := testdb.Pool(t)
+	schema := testdb.NewSchema(t)
+	b := &testBundle{
+		pool:   pool,
+		schema: schema,
+		table:  schema + ".outbox",
+		quoted: pgx.Identifier{schema, "outbox"}.Sanitize(),
+	}
+	admin, err := outbox.NewAdmin(pool, b.table)
+	require.NoError(t, err)
+	require.NoError(t, admin.Migrate(t.Context()))
+	b.admin = admin
+	return b
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// dispatcher builds a dispatcher on the bundle's table. Unset fields of cfg
+// get test-friendly values: a quiet logger and a 50ms poll, so drains and
+// retries do not wait on the 1s default.
+func (b *testBundle) dispatcher(t *testing.T, sink outbox.Sink, cfg *outbox.Config) *outbox.Dispatcher {
+	t.Helper()
+	var c outbox.Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Table = b.table
+	if c.Logger == nil {
+		c.Logger = quietLogger()
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 50 * time.Millisecond
+	}
+	d, err := outbox.NewDispatcher(b.pool, sink, &c)
+	require.NoError(t, err)
+	return d
+}
+
+// start runs d in the background and stops it when the test ends.
+func start(t *testing.T, d *outbox.Dispatcher) {
+	t.Helper()
+	require.NoError(t, d.Start(context.Background()))
+	t.Cleanup(func() { require.NoError(t, d.Stop()) })
+}
+
+// drain runs d until nothing is left to deliver, bounded so a hang fails
+// the test instead of the whole run.
+func drain(t *testing.T, d *outbox.Dispatcher) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, d.Drain(ctx))
+	require.NoError(t, ctx.Err(), "Drain returned only because its context ended")
+}
+
+// enqueue inserts msgs in one committed transaction.
+func (b *testBundle) enqueue(t *testing.T, msgs ...outbox.NewMessage) []int64 {
+	t.Helper()
+	tx, err := b.pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer tx.Rollback(context.Background()) //nolint:errcheck // no-op after Commit
+	ids, err := outbox.Producer{Table: b.table}.Enqueue(t.Context(), tx, msgs...)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(t.Context()))
+	return ids
+}
+
+// enqueueN inserts n messages of one aggregate, each payload {"n": i}.
+func (b *testBundle) enqueueN(t *testing.T, n int, aggregateID string) []int64 {
+	t.Helper()
+	msgs := make([]outbox.NewMessage, n)
+	for i := range msgs {
+		msgs[i] = msg(aggregateID, i)
+	}
+	return b.enqueue(t, msgs...)
+}
+
+func msg(aggregateID string, n int) outbox.NewMessage {
+	return outbox.NewMessage{
+		AggregateType: "order", AggregateID: aggregateID, EventType: "OrderCreated",
+		Payload: map[string]int{"n": n},
+	}
+}
+
+// row is an outbox row as stored.
+type row struct {
+	ID           int64      `db:"id"`
+	Status       string     `db:"status"`
+	Attempts     int        `db:"attempts"`
+	LeaseOwner   *string    `db:"lease_owner"`
+	LeaseUntil   *time.Time `db:"lease_until"`
+	LeaseVersion int64      `db:"lease_version"`
+	LastError    *string    `db:"last_error"`
+	AvailableAt  time.Time  `db:"available_at"`
+	CreatedAt    time.Time  `db:"created_at"`
+	DoneAt       *time.Time `db:"done_at"`
+}
+
+func (r row) lastError() string {
+	if r.LastError == nil {
+		return ""
+	}
+	return *r.LastError
+}
+
+const rowColumns = "id, status, attempts, lease_owner, lease_until, lease_version, last_error, available_at, created_at, done_at"
+
+func (b *testBundle) row(t *testing.T, id int64) row {
+	t.Helper()
+	rows, err := b.pool.Query(t.Context(), "SELECT "+rowColumns+" FROM "+b.quoted+" WHERE id = $1", id)
+	require.NoError(t, err)
+	r, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[row])
+	require.NoError(t, err)
+	return r
+}
+
+func (b *testBundle) rows(t *testing.T) []row {
+	t.Helper()
+	rows, err := b.pool.Query(t.Context(), "SELECT "+rowColumns+" FROM "+b.quoted+" ORDER BY id")
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[row])
+	require.NoError(t, err)
+	return out
+}
+
+// countStatus returns how many rows have status.
+func (b *testBundle) countStatus(t *testing.T, status string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(t.Context(),
+		"SELECT count(*) FROM "+b.quoted+" WHERE status = $1", status).Scan(&n))
+	return n
+}
+
+// tryCount is countStatus for Eventually conditions, which run outside the
+// test goroutine and so must not call require: an error reads as -1, which
+// no condition waits for.
+func (b *testBundle) tryCount(status string) int {
+	var n int
+	err := b.pool.QueryRow(context.Background(),
+		"SELECT count(*) FROM "+b.quoted+" WHERE status = $1", status).Scan(&n)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// tryQuery reports whether sql, a boolean query, returned true; for
+// Eventually conditions, like tryCount.
+func (b *testBundle) tryQuery(sql string, args ...any) bool {
+	var ok bool
+	err := b.pool.QueryRow(context.Background(), sql, args...).Scan(&ok)
+	return err == nil && ok
+}
+
+func (b *testBundle) exec(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	_, err := b.pool.Exec(t.Context(), sql, args...)
+	require.NoError(t, err)
+}
+
+// dbNow is the server's clock, the one available_at is written with.
+func (b *testBundle) dbNow(t *testing.T) time.Time {
+	t.Helper()
+	var now time.Time
+	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT now()").Scan(&now))
+	return now
+}
+
+// recorder is a sink that records every publish in call order and returns
+// what its handler returns (nil when there is none).
+type recorder struct {
+	mu      sync.Mutex
+	msgs    []outbox.Message
+	handler func(ctx context.Context, m *outbox.Message) error
+}
+
+func newRecorder(handler func(ctx context.Context, m *outbox.Message) error) *recorder {
+	return &recorder{handler: handler}
+}
+
+func (r *recorder) Sink() outbox.SinkFunc {
+	return func(ctx context.Context, m *outbox.Message) error {
+		r.mu.Lock()
+		r.msgs = append(r.msgs, *m)
+		r.mu.Unlock()
+		if r.handler == nil {
+			return nil
+		}
+		return r.handler(ctx, m)
+	}
+}
+
+func (r *recorder) Messages() []outbox.Message {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]outbox.Message(nil), r.msgs...)
+}
+
+func (r *recorder) IDs() []int64 {
+	msgs := r.Messages()
+	ids := make([]int64, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	return ids
+}
+
+func (r *recorder) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.msgs)
+}
+
+// publishCounts counts publishes per id over any number of recorders.
+func publishCounts(recs ...*recorder) map[int64]int {
+	out := map[int64]int{}
+	for _, r := range recs {
+		for _, id := range r.IDs() {
+			out[id]++
+		}
+	}
+	return out
+}
+
+// each returns a map giving every id the count n.
+func each(ids []int64, n int) map[int64]int {
+	out := make(map[int64]int, len(ids))
+	for _, id := range ids {
+		out[id] = n
+	}
+	return out
+}
+
+// gate blocks publishes until opened; entered reports each publish that
+// reached it.
+type gate struct {
+	entered chan int64
+	open    chan struct{}
+	once    sync.Once
+}
+
+// newGate's buffer outlasts any test's publishes, so a publish never blocks
+// on reporting itself.
+func newGate() *gate {
+	return &gate{entered: make(chan int64, 1000), open: make(chan struct{})}
+}
+
+// wait blocks until the gate opens or ctx ends.
+func (g *gate) wait(ctx context.Context, id int64) {
+	g.entered <- id
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+	}
+}
+
+func (g *gate) Open() { g.once.Do(func() { close(g.open) }) }
+
+// next waits for the next publish to reach the gate.
+func (g *gate) next(t *testing.T) int64 {
+	t.Helper()
+	select {
+	case id := <-g.entered:
+		return id
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "no publish reached the gate")
+		return 0
+	}
+}
+
+func eventually(t *testing.T, cond func() bool, msgAndArgs ...any) {
+	t.Helper()
+	require.Eventually(t, cond, 10*time.Second, 5*time.Millisecond, msgAndArgs...)
+}
