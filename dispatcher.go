@@ -93,7 +93,11 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.running {
-		return errors.New("outbox: dispatcher already started")
+		select {
+		case <-d.done: // stopped on its own (its context ended): start afresh
+		default:
+			return errors.New("outbox: dispatcher already started")
+		}
 	}
 	if _, _, err := d.store.Resolve(ctx, d.pool); err != nil {
 		return fmt.Errorf("outbox: %w", err)
@@ -238,7 +242,11 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 			continue
 		}
 		start := time.Now()
-		rows, dbNow, err := d.store.Claim(ctx, d.pool, store.ClaimParams{
+		// The claim is not cancelled by shutdown: a claim cut off after the
+		// server committed it would strand its rows until their leases
+		// expire. Rows it returns after shutdown began are released.
+		claimCtx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		rows, dbNow, err := d.store.Claim(claimCtx, d.pool, store.ClaimParams{
 			Owner:       d.cfg.Owner,
 			Batch:       d.cfg.BatchSize,
 			Lease:       d.cfg.Lease,
@@ -246,6 +254,7 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 			Ordered:     d.cfg.Ordered,
 			ClearWait:   clearWait,
 		}, buf)
+		cancelClaim()
 		d.stats.claims.Add(1)
 		if err != nil {
 			if ctx.Err() != nil {

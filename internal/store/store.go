@@ -21,7 +21,7 @@ import (
 var files embed.FS
 
 // ErrTableMissing reports that the outbox table does not exist.
-var ErrTableMissing = errors.New("outbox: table does not exist (run `outboxd migrate` first)")
+var ErrTableMissing = errors.New("table does not exist (run `outboxd migrate` first)")
 
 // DB is what the store needs from a connection, pool or transaction.
 type DB interface {
