@@ -1,0 +1,234 @@
+// Package sinktest is the conformance suite every outboxd sink passes
+// against its real broker: delivery with the id, metadata and payload
+// intact, classification of failures, behaviour while the broker is down and
+// after it comes back (with no restart of the sink), concurrency and context
+// cancellation.
+//
+// A sink package's test calls [Run] with a [Harness] that builds the sink
+// against an address (the suite's [Proxy] in front of the broker) and a
+// [Receiver] that reads what reached the destination.
+package sinktest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outbox"
+)
+
+// Received is one message as it arrived at the destination, normalised by
+// the harness.
+type Received struct {
+	// ID is the outbox id as the destination carries it (the dedupe key).
+	ID string
+	// Payload is the body exactly as received.
+	Payload []byte
+	// Meta holds the metadata the sink passed on, under these keys:
+	// event_type, aggregate_type, aggregate_id, fencing_token, attempt.
+	Meta map[string]string
+}
+
+// Receiver reads what a sink delivered to its destination.
+type Receiver interface {
+	// Receive waits up to timeout for n messages and returns them in arrival
+	// order. It returns early with fewer only when the timeout passes.
+	Receive(t *testing.T, n int, timeout time.Duration) []Received
+}
+
+// Harness describes one sink implementation to the suite.
+type Harness struct {
+	// Upstream is the real broker's host:port; the suite puts a Proxy in
+	// front of it for every subtest.
+	Upstream string
+
+	// New returns a sink that publishes through addr (host:port of the
+	// proxy) to a destination of its own (a fresh subject, queue, stream or
+	// topic), and a Receiver for that destination that talks to the broker
+	// directly. The suite closes the sink.
+	New func(t *testing.T, addr string) (outbox.Sink, Receiver)
+
+	// Permanent, if set, returns a sink (through addr) and a message whose
+	// publish the broker rejects for good (no such stream, an unroutable
+	// message...): the suite checks it is classified Permanent.
+	Permanent func(t *testing.T, addr string) (outbox.Sink, *outbox.Message)
+
+	// DownTimeout bounds one publish while the broker is down. Defaults to 3s.
+	DownTimeout time.Duration
+}
+
+var nextID atomic.Int64
+
+func init() { nextID.Store(time.Now().UnixNano() % 1e9 * 1000) }
+
+// NewMessage returns a message with a fresh id and a payload that exercises
+// encodings (unicode, nesting, numbers that JSON re-encoding would change).
+func NewMessage(aggregateID string) *outbox.Message {
+	id := nextID.Add(1)
+	return &outbox.Message{
+		ID:            id,
+		AggregateType: "order",
+		AggregateID:   aggregateID,
+		EventType:     "OrderCreated",
+		Payload:       json.RawMessage(fmt.Sprintf(`{"id": %d, "amount": 1.50, "name": "Zoë 😀", "tags": ["a", "b"], "nested": {"x": null}}`, id)),
+		CreatedAt:     time.Now().UTC().Truncate(time.Microsecond),
+		Attempt:       2,
+		FencingToken:  7,
+	}
+}
+
+// Run runs the conformance suite.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	if h.DownTimeout == 0 {
+		h.DownTimeout = 3 * time.Second
+	}
+	setup := func(t *testing.T) (outbox.Sink, Receiver, *Proxy) {
+		t.Helper()
+		p := NewProxy(t, h.Upstream)
+		s, r := h.New(t, p.Addr())
+		t.Cleanup(func() { _ = s.Close() })
+		return s, r, p
+	}
+
+	t.Run("DeliversIDMetadataAndPayload", func(t *testing.T) {
+		t.Parallel()
+		s, r, _ := setup(t)
+		m := NewMessage("Agg 42/ü")
+		require.NoError(t, s.Publish(t.Context(), m))
+		got := r.Receive(t, 1, 10*time.Second)
+		require.Len(t, got, 1)
+		require.Equal(t, m.IDString(), got[0].ID)
+		require.Equal(t, string(m.Payload), string(got[0].Payload), "payload must pass byte for byte")
+		require.Equal(t, map[string]string{
+			"event_type":     m.EventType,
+			"aggregate_type": m.AggregateType,
+			"aggregate_id":   m.AggregateID,
+			"fencing_token":  strconv.FormatInt(m.FencingToken, 10),
+			"attempt":        strconv.Itoa(m.Attempt),
+		}, pick(got[0].Meta, "event_type", "aggregate_type", "aggregate_id", "fencing_token", "attempt"))
+	})
+
+	t.Run("ConcurrentPublishes", func(t *testing.T) {
+		t.Parallel()
+		s, r, _ := setup(t)
+		const n = 100
+		msgs := make([]*outbox.Message, n)
+		for i := range msgs {
+			msgs[i] = NewMessage(fmt.Sprintf("agg-%d", i%7))
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		for w := range 10 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < n; i += 10 {
+					if err := s.Publish(t.Context(), msgs[i]); err != nil {
+						errs <- err
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		got := r.Receive(t, n, 20*time.Second)
+		want := make([]string, n)
+		for i, m := range msgs {
+			want[i] = m.IDString()
+		}
+		ids := make([]string, len(got))
+		for i, g := range got {
+			ids[i] = g.ID
+		}
+		slices.Sort(want)
+		slices.Sort(ids)
+		require.Equal(t, want, ids, "every message delivered once")
+	})
+
+	t.Run("CancelledContextIsRetryable", func(t *testing.T) {
+		t.Parallel()
+		s, _, _ := setup(t)
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		start := time.Now()
+		err := s.Publish(ctx, NewMessage("a"))
+		require.Error(t, err, "a publish with a cancelled context cannot have been acknowledged")
+		require.True(t, outbox.IsRetryable(err), "want retryable, got %v", err)
+		require.Less(t, time.Since(start), 2*time.Second)
+	})
+
+	t.Run("BrokerDownIsRetryableThenRecovers", func(t *testing.T) {
+		t.Parallel()
+		s, r, p := setup(t)
+		first := NewMessage("a")
+		require.NoError(t, s.Publish(t.Context(), first))
+		require.Len(t, r.Receive(t, 1, 10*time.Second), 1)
+
+		p.Cut()
+		m := NewMessage("a")
+		for range 3 {
+			ctx, cancel := context.WithTimeout(t.Context(), h.DownTimeout)
+			start := time.Now()
+			err := s.Publish(ctx, m)
+			cancel()
+			require.Error(t, err, "publish succeeded while the broker was unreachable")
+			require.True(t, outbox.IsRetryable(err), "want retryable while down, got %v", err)
+			require.Less(t, time.Since(start), h.DownTimeout+2*time.Second, "publish overran its context")
+		}
+
+		p.Restore()
+		// As the dispatcher would: retry the same message until it goes through.
+		deadline := time.Now().Add(30 * time.Second)
+		var err error
+		for time.Now().Before(deadline) {
+			ctx, cancel := context.WithTimeout(t.Context(), h.DownTimeout)
+			err = s.Publish(ctx, m)
+			cancel()
+			if err == nil {
+				break
+			}
+			require.True(t, outbox.IsRetryable(err), "want retryable while recovering, got %v", err)
+			time.Sleep(100 * time.Millisecond)
+		}
+		require.NoError(t, err, "sink did not recover after the broker came back")
+		got := r.Receive(t, 1, 10*time.Second)
+		require.NotEmpty(t, got)
+		require.Equal(t, m.IDString(), got[len(got)-1].ID)
+	})
+
+	if h.Permanent != nil {
+		t.Run("PermanentFailure", func(t *testing.T) {
+			t.Parallel()
+			p := NewProxy(t, h.Upstream)
+			s, m := h.Permanent(t, p.Addr())
+			t.Cleanup(func() { _ = s.Close() })
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			err := s.Publish(ctx, m)
+			require.Error(t, err)
+			require.True(t, outbox.IsPermanent(err), "want permanent, got %v", err)
+		})
+	}
+}
+
+func pick(m map[string]string, keys ...string) map[string]string {
+	out := make(map[string]string, len(keys))
+	for _, k := range keys {
+		if v, ok := m[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
+}

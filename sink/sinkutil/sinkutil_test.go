@@ -1,0 +1,38 @@
+package sinkutil_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/sink/sinkutil"
+)
+
+func TestTemplate(t *testing.T) {
+	t.Parallel()
+	m := &outbox.Message{AggregateType: "order", EventType: "OrderPaid", AggregateID: "42"}
+	for _, tt := range []struct{ in, want string }{
+		{"outbox.{aggregate_type}.{event_type}", "outbox.order.OrderPaid"},
+		{"fixed", "fixed"},
+		{"{aggregate_id}", "42"},
+		{"", ""},
+	} {
+		tpl, err := sinkutil.ParseTemplate(tt.in)
+		require.NoError(t, err)
+		require.Equal(t, tt.want, tpl.Expand(m, nil))
+		require.Equal(t, tt.in, tpl.String())
+	}
+	for _, bad := range []string{"a.{nope}", "a.{event_type", "{}"} {
+		_, err := sinkutil.ParseTemplate(bad)
+		require.Error(t, err, bad)
+	}
+	tpl, _ := sinkutil.ParseTemplate("x.{aggregate_id}")
+	require.Equal(t, "x.4_2", tpl.Expand(&outbox.Message{AggregateID: "4.2"}, func(s string) string {
+		if s == "4.2" {
+			return "4_2"
+		}
+		return s
+	}))
+	require.False(t, tpl.Fixed())
+}
