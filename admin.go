@@ -189,3 +189,13 @@ func (a *Admin) Purge(ctx context.Context, olderThan time.Duration, opts *PurgeO
 		cursor = next
 	}
 }
+
+// UndeliveredTypes returns the distinct (aggregate_type, event_type) pairs
+// among pending and processing messages: what a routing table must cover.
+func (a *Admin) UndeliveredTypes(ctx context.Context) ([][2]string, error) {
+	types, err := a.store.UndeliveredTypes(ctx, a.db)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: undelivered types: %w", err)
+	}
+	return types, nil
+}

@@ -145,3 +145,18 @@ func (s *Store) InsertSQL(n int) string {
 	b = append(b, " RETURNING id"...)
 	return string(b)
 }
+
+// UndeliveredTypes returns the distinct (aggregate_type, event_type) pairs
+// of pending and processing rows (at most 10,000 pairs).
+func (s *Store) UndeliveredTypes(ctx context.Context, db DB) ([][2]string, error) {
+	rows, err := db.Query(ctx, s.types)
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) ([2]string, error) {
+		var p [2]string
+		err := row.Scan(&p[0], &p[1])
+		return p, err
+	})
+	return out, translate(err)
+}

@@ -37,6 +37,7 @@ type Store struct {
 	claim, claimOrdered, finalize, resolve, wait, unwait      string
 	status, deadList, deadRetry, deadSkip, purge, undelivered string
 	migrate                                                   string
+	types                                                     string
 	seed                                                      SeedStatements
 }
 
@@ -82,6 +83,7 @@ func New(table string) (*Store, error) {
 		deadSkip:     load("sql/dead_skip.sql"),
 		purge:        load("sql/purge.sql"),
 		undelivered:  load("sql/undelivered.sql"),
+		types:        load("sql/undelivered_types.sql"),
 		migrate:      r.Replace(migrate),
 		seed: SeedStatements{
 			Reap:  load("sql/seed_reap.sql"),

@@ -1,0 +1,145 @@
+// Package route sends each message to the sink its aggregate type and event
+// type select, so one relay can feed several destinations.
+package route
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+
+	"github.com/outboxd/outbox"
+)
+
+// Route sends matching messages to Sink. Patterns use path.Match syntax
+// ("Order*", "order", "*"); an empty list matches everything. A message
+// matches when its aggregate_type matches one of AggregateTypes and its
+// event_type one of EventTypes.
+type Route struct {
+	// Name identifies the route in errors and logs (e.g. its sink URL,
+	// redacted).
+	Name           string
+	AggregateTypes []string
+	EventTypes     []string
+	Sink           outbox.Sink
+}
+
+// Router is a [outbox.Sink] that publishes each message to the first route
+// that matches it, else to the default sink.
+type Router struct {
+	routes []Route
+	def    outbox.Sink
+}
+
+// New returns a router over routes, tried in order, with def for messages
+// that match none (nil: no default, and such a message goes dead as a
+// configuration error).
+func New(routes []Route, def outbox.Sink) (*Router, error) {
+	for i, r := range routes {
+		if r.Sink == nil {
+			return nil, fmt.Errorf("route %d (%s): no sink", i+1, r.Name)
+		}
+		for _, p := range append(append([]string(nil), r.AggregateTypes...), r.EventTypes...) {
+			if _, err := path.Match(p, ""); err != nil {
+				return nil, fmt.Errorf("route %d (%s): bad pattern %q: %w", i+1, r.Name, p, err)
+			}
+		}
+	}
+	return &Router{routes: routes, def: def}, nil
+}
+
+// HasDefault reports whether messages that match no route have a sink.
+func (r *Router) HasDefault() bool { return r.def != nil }
+
+// Match returns the sink for a message of these types, or nil.
+func (r *Router) Match(aggregateType, eventType string) outbox.Sink {
+	for _, rt := range r.routes {
+		if matchAny(rt.AggregateTypes, aggregateType) && matchAny(rt.EventTypes, eventType) {
+			return rt.Sink
+		}
+	}
+	return r.def
+}
+
+func matchAny(patterns []string, s string) bool {
+	if len(patterns) == 0 {
+		return true
+	}
+	for _, p := range patterns {
+		if ok, _ := path.Match(p, s); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrNoRoute is wrapped by the error for a message no route matches.
+var ErrNoRoute = errors.New("no route matches")
+
+// Publish publishes msg to its route's sink. A message that matches no
+// route and has no default is a configuration error: Permanent, so it goes
+// dead where an operator sees it, rather than being dropped.
+func (r *Router) Publish(ctx context.Context, msg *outbox.Message) error {
+	s := r.Match(msg.AggregateType, msg.EventType)
+	if s == nil {
+		return outbox.Permanent(fmt.Errorf("%w aggregate_type %q, event_type %q", ErrNoRoute, msg.AggregateType, msg.EventType))
+	}
+	return s.Publish(ctx, msg)
+}
+
+// Unrouted returns the (aggregate_type, event_type) pairs among types that
+// no route matches when there is no default: what start-up checks report.
+func (r *Router) Unrouted(types [][2]string) [][2]string {
+	if r.def != nil {
+		return nil
+	}
+	var out [][2]string
+	for _, t := range types {
+		if r.Match(t[0], t[1]) == nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Close closes every distinct sink once.
+func (r *Router) Close() error {
+	seen := map[outbox.Sink]bool{}
+	var errs []error
+	closeOnce := func(s outbox.Sink) {
+		if s == nil || seen[s] {
+			return
+		}
+		seen[s] = true
+		if err := s.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, rt := range r.routes {
+		closeOnce(rt.Sink)
+	}
+	closeOnce(r.def)
+	return errors.Join(errs...)
+}
+
+// String describes the routes, for logs.
+func (r *Router) String() string {
+	var b strings.Builder
+	for i, rt := range r.routes {
+		fmt.Fprintf(&b, "%d: aggregate_type=%s event_type=%s -> %s; ", i+1, list(rt.AggregateTypes), list(rt.EventTypes), rt.Name)
+	}
+	if r.def == nil {
+		b.WriteString("default: none")
+	} else {
+		b.WriteString("default: yes")
+	}
+	return b.String()
+}
+
+func list(p []string) string {
+	if len(p) == 0 {
+		return "*"
+	}
+	return strings.Join(p, "|")
+}
