@@ -131,9 +131,16 @@ func newFlagSet(e *env, name, synopsis string) *flag.FlagSet {
 // parseFlags parses args, turning flag errors into usage errors and -h into
 // the flag list.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	// The flag package calls Usage itself on -h and on every parse error;
+	// silenced here, the flag list is printed once, on -h only, so an error
+	// leaves stdout clean for whatever reads it.
+	usage := fs.Usage
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.Usage = usage
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.Usage()
+			usage()
 			return flag.ErrHelp
 		}
 		return usagef("%s: %v", fs.Name(), err)

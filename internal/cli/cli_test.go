@@ -1,0 +1,1084 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outbox/internal/testdb"
+)
+
+// cmdTimeout bounds every run of the binary, so a hung command fails its
+// test instead of the whole package.
+const cmdTimeout = 60 * time.Second
+
+// secret is the password put into DSNs; it must never reach the output.
+const secret = "hunter2secret"
+
+// TestCLI builds outboxd once and runs every black-box test against the
+// binary. The subtests share the build, which lives in this test's temporary
+// directory until the last of them ends.
+func TestCLI(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	for _, tt := range []struct {
+		name string
+		fn   func(t *testing.T, bin string)
+	}{
+		{"MigrateCreatesTheDesignedTable", testMigrate},
+		{"MigrateConcurrently", testMigrateConcurrently},
+		{"Enqueue", testEnqueue},
+		{"RunDrainToStdout", testRunDrainStdout},
+		{"RunDrainToHTTP", testRunDrainHTTP},
+		{"RunStopsOnSIGTERM", func(t *testing.T, bin string) { testRunStopsOnSignal(t, bin, syscall.SIGTERM) }},
+		{"RunStopsOnSIGINT", func(t *testing.T, bin string) { testRunStopsOnSignal(t, bin, syscall.SIGINT) }},
+		{"RunStopsMidPublish", testRunStopsMidPublish},
+		{"Status", testStatus},
+		{"Dead", testDead},
+		{"Purge", testPurge},
+		{"BadInput", testBadInput},
+		{"HostileTableNames", testHostileTable},
+		{"HelpAndVersion", testHelp},
+		{"DemoOnGivenDatabase", testDemo},
+		{"DemoOnThrowawayCluster", testDemoThrowaway},
+		{"BenchDrain", testBenchDrain},
+		{"BenchProducers", testBenchProducers},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.fn(t, bin)
+		})
+	}
+}
+
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	}
+	bin := filepath.Join(t.TempDir(), "outboxd")
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, goBin, "build", "-o", bin, "./cmd/outboxd")
+	cmd.Dir = filepath.Join("..", "..")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build ./cmd/outboxd:\n%s", out)
+	return bin
+}
+
+// result is what one run of the binary left behind.
+type result struct {
+	args           []string
+	code           int
+	stdout, stderr string
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("outboxd %q exited %d\nstdout:\n%s\nstderr:\n%s", r.args, r.code, r.stdout, r.stderr)
+}
+
+// syncBuffer is a bytes.Buffer that can be read while the process writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// proc is a started run of the binary.
+type proc struct {
+	t              *testing.T
+	args           []string
+	cmd            *exec.Cmd
+	cancel         context.CancelFunc
+	stdout, stderr *syncBuffer
+	exited         chan error
+}
+
+func start(t *testing.T, bin string, env []string, stdin io.Reader, args ...string) *proc {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = env
+	cmd.Stdin = stdin
+	p := &proc{t: t, args: args, cmd: cmd, cancel: cancel, stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan error, 1)}
+	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
+	// Children that keep the output pipes open (a throwaway cluster) must
+	// not hang the test.
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		cancel()
+		require.NoError(t, err)
+	}
+	go func() { p.exited <- cmd.Wait() }()
+	// A test that fails while the process runs still reaps it.
+	t.Cleanup(func() {
+		cancel()
+		<-p.exited
+		p.exited <- nil
+	})
+	return p
+}
+
+// wait waits for the process to exit on its own and returns its result.
+func (p *proc) wait() result {
+	p.t.Helper()
+	err := <-p.exited
+	p.exited <- err
+	r := result{args: p.args, stdout: p.stdout.String(), stderr: p.stderr.String()}
+	var exitErr *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exitErr) && exitErr.ExitCode() >= 0:
+		r.code = exitErr.ExitCode()
+	default:
+		require.FailNow(p.t, "outboxd did not exit by itself", "%v\n%s", err, r)
+	}
+	return r
+}
+
+func runBin(t *testing.T, bin string, env []string, stdin io.Reader, args ...string) result {
+	t.Helper()
+	return start(t, bin, env, stdin, args...).wait()
+}
+
+// cli runs the binary against one test schema, with OUTBOX_DSN set.
+type cli struct {
+	bin    string
+	dsn    string
+	schema string
+	table  string
+	env    []string
+}
+
+func newCLI(t *testing.T, bin string) *cli {
+	t.Helper()
+	dsn := testdb.DSN(t)
+	schema := testdb.NewSchema(t)
+	return &cli{bin: bin, dsn: dsn, schema: schema, table: schema + ".outbox", env: envWith(dsn)}
+}
+
+// envWith is the test's environment with OUTBOX_DSN set to dsn.
+func envWith(dsn string) []string {
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "OUTBOX_DSN=") })
+	return append(env, "OUTBOX_DSN="+dsn)
+}
+
+func (c *cli) run(t *testing.T, args ...string) result {
+	t.Helper()
+	return runBin(t, c.bin, c.env, nil, args...)
+}
+
+func (c *cli) runStdin(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	return runBin(t, c.bin, c.env, strings.NewReader(stdin), args...)
+}
+
+// ok runs a command that must succeed.
+func (c *cli) ok(t *testing.T, args ...string) result {
+	t.Helper()
+	r := c.run(t, args...)
+	requireOK(t, r)
+	return r
+}
+
+func (c *cli) migrate(t *testing.T) {
+	t.Helper()
+	c.ok(t, "migrate", "--table", c.table)
+}
+
+// quoted is the outbox table's identifier for test SQL.
+func (c *cli) quoted() string { return pgx.Identifier{c.schema, "outbox"}.Sanitize() }
+
+func (c *cli) exec(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	_, err := testdb.Pool(t).Exec(context.Background(), sql, args...)
+	require.NoError(t, err)
+}
+
+func (c *cli) count(t *testing.T, where string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, testdb.Pool(t).QueryRow(context.Background(),
+		"SELECT count(*) FROM "+c.quoted()+" WHERE "+where).Scan(&n))
+	return n
+}
+
+// insert adds a pending message directly, returning its id.
+func (c *cli) insert(t *testing.T, aggregateID, payload string) int64 {
+	t.Helper()
+	var id int64
+	require.NoError(t, testdb.Pool(t).QueryRow(context.Background(),
+		"INSERT INTO "+c.quoted()+" (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', $1, 'OrderCreated', $2) RETURNING id",
+		aggregateID, payload).Scan(&id))
+	return id
+}
+
+func (c *cli) statusOf(t *testing.T, id int64) string {
+	t.Helper()
+	var s string
+	require.NoError(t, testdb.Pool(t).QueryRow(context.Background(), "SELECT status FROM "+c.quoted()+" WHERE id = $1", id).Scan(&s))
+	return s
+}
+
+// snapshot sums up the table's whole content: row count, max id and a
+// checksum of every row, so any change shows.
+func (c *cli) snapshot(t *testing.T) string {
+	t.Helper()
+	var s string
+	require.NoError(t, testdb.Pool(t).QueryRow(context.Background(),
+		`SELECT count(*)::text || '/' || coalesce(max(id), 0)::text || '/' || coalesce(md5(string_agg(o::text, ',' ORDER BY id)), '')
+		 FROM `+c.quoted()+` AS o`).Scan(&s))
+	return s
+}
+
+func requireOK(t *testing.T, r result) {
+	t.Helper()
+	require.Equal(t, 0, r.code, "%s", r)
+	requireNoPanic(t, r)
+}
+
+func requireNoPanic(t *testing.T, r result) {
+	t.Helper()
+	for _, s := range []string{r.stdout, r.stderr} {
+		require.NotContains(t, s, "panic", "%s", r)
+		require.NotContains(t, s, "goroutine ", "%s", r)
+	}
+}
+
+// requireFailure checks the error contract: the exit code, nothing on
+// stdout, and exactly one "outboxd: " line on stderr.
+func requireFailure(t *testing.T, r result, code int) {
+	t.Helper()
+	require.Equal(t, code, r.code, "%s", r)
+	require.Empty(t, r.stdout, "%s", r)
+	require.True(t, strings.HasSuffix(r.stderr, "\n"), "%s", r)
+	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+	require.Len(t, lines, 1, "%s", r)
+	require.True(t, strings.HasPrefix(lines[0], "outboxd: "), "%s", r)
+	requireNoPanic(t, r)
+}
+
+// withUser returns dsn connecting as user with password.
+func withUser(t *testing.T, dsn, user, password string) string {
+	t.Helper()
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		u.User = url.UserPassword(user, password)
+		return u.String()
+	}
+	return dsn + " user=" + user + " password=" + password
+}
+
+// withParam returns dsn with one more connection parameter (pgx sends
+// unknown ones to the server as run-time settings).
+func withParam(t *testing.T, dsn, key, value string) string {
+	t.Helper()
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		q := u.Query()
+		q.Set(key, value)
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	return dsn + " " + key + "=" + value
+}
+
+// jsonLines parses stdout as JSON lines, failing on any other line.
+func jsonLines(t *testing.T, stdout string) []map[string]json.RawMessage {
+	t.Helper()
+	var out []map[string]json.RawMessage
+	for line := range strings.Lines(stdout) {
+		var m map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal([]byte(line), &m), "stdout line %q is not a JSON object", line)
+		out = append(out, m)
+	}
+	return out
+}
+
+func keys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+func int64Of(t *testing.T, raw json.RawMessage) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, json.Unmarshal(raw, &n), "%s", raw)
+	return n
+}
+
+func stringOf(t *testing.T, raw json.RawMessage) string {
+	t.Helper()
+	var s string
+	require.NoError(t, json.Unmarshal(raw, &s), "%s", raw)
+	return s
+}
+
+var idLine = regexp.MustCompile(`^[0-9]+\n$`)
+
+// enqueue runs `outboxd enqueue` and returns the printed id.
+func (c *cli) enqueue(t *testing.T, aggregateID, payload string) int64 {
+	t.Helper()
+	r := c.ok(t, "enqueue", "--table", c.table, "--aggregate-type", "order", "--aggregate-id", aggregateID,
+		"--event-type", "OrderCreated", "--payload", payload)
+	require.Regexp(t, idLine, r.stdout)
+	id, err := strconv.ParseInt(strings.TrimSpace(r.stdout), 10, 64)
+	require.NoError(t, err)
+	return id
+}
+
+func testMigrate(t *testing.T, bin string) {
+	c := newCLI(t, bin)
+	for range 2 {
+		r := c.ok(t, "migrate", "--table", c.table)
+		require.Equal(t, "migrated table "+c.table+"\n", r.stdout)
+	}
+	ctx := context.Background()
+	pool := testdb.Pool(t)
+
+	type column struct{ name, typ, identity, nullable, def string }
+	rows, err := pool.Query(ctx, `SELECT column_name, data_type, coalesce(identity_generation, ''), is_nullable, coalesce(column_default, '')
+		FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'outbox' ORDER BY ordinal_position`, c.schema)
+	require.NoError(t, err)
+	cols, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (column, error) {
+		var col column
+		err := row.Scan(&col.name, &col.typ, &col.identity, &col.nullable, &col.def)
+		return col, err
+	})
+	require.NoError(t, err)
+	type want struct{ name, typ, identity, nullable string }
+	got := make([]want, len(cols))
+	for i, col := range cols {
+		got[i] = want{col.name, col.typ, col.identity, col.nullable}
+	}
+	require.Equal(t, []want{
+		{"id", "bigint", "ALWAYS", "NO"},
+		{"aggregate_type", "text", "", "NO"},
+		{"aggregate_id", "text", "", "NO"},
+		{"event_type", "text", "", "NO"},
+		{"payload", "jsonb", "", "NO"},
+		{"created_at", "timestamp with time zone", "", "NO"},
+		{"status", "text", "", "NO"},
+		{"available_at", "timestamp with time zone", "", "NO"},
+		{"attempts", "integer", "", "NO"},
+		{"lease_owner", "text", "", "YES"},
+		{"lease_until", "timestamp with time zone", "", "YES"},
+		{"lease_version", "bigint", "", "NO"},
+		{"last_error", "text", "", "YES"},
+		{"done_at", "timestamp with time zone", "", "YES"},
+	}, got)
+	defaults := map[string]string{}
+	for _, col := range cols {
+		defaults[col.name] = col.def
+	}
+	require.Equal(t, "'pending'::text", defaults["status"])
+	require.Equal(t, "0", defaults["attempts"])
+	require.Equal(t, "0", defaults["lease_version"])
+	require.Equal(t, "now()", defaults["created_at"])
+
+	var checks []string
+	rows, err = pool.Query(ctx, `SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'c'`, c.quoted())
+	require.NoError(t, err)
+	checks, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Len(t, checks, 1)
+	for _, s := range []string{"status", "'pending'", "'processing'", "'done'", "'dead'"} {
+		require.Contains(t, checks[0], s)
+	}
+	_, err = pool.Exec(ctx, "INSERT INTO "+c.quoted()+" (aggregate_type, aggregate_id, event_type, payload, status) VALUES ('o', '1', 'E', '{}', 'lost')")
+	require.Error(t, err, "the status CHECK must refuse an unknown status")
+
+	rows, err = pool.Query(ctx, `SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'outbox' ORDER BY indexname`, c.schema)
+	require.NoError(t, err)
+	indexes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"outbox_aggregate_head", "outbox_leased", "outbox_pkey", "outbox_ready"}, indexes)
+}
+
+func testMigrateConcurrently(t *testing.T, bin string) {
+	c := newCLI(t, bin)
+	table := c.schema + ".fresh"
+	a := start(t, bin, c.env, nil, "migrate", "--table", table)
+	b := start(t, bin, c.env, nil, "migrate", "--table", table)
+	requireOK(t, a.wait())
+	requireOK(t, b.wait())
+	var n int
+	require.NoError(t, testdb.Pool(t).QueryRow(context.Background(),
+		`SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND tablename = 'fresh'`, c.schema).Scan(&n))
+	require.Equal(t, 4, n)
+}
+
+func testEnqueue(t *testing.T, bin string) {
+	c := newCLI(t, bin)
+	c.migrate(t)
+	payloadOf := func(id int64) (aggregateType, aggregateID, eventType, payload string) {
+		require.NoError(t, testdb.Pool(t).QueryRow(context.Background(),
+			"SELECT aggregate_type, aggregate_id, event_type, payload::text FROM "+c.quoted()+" WHERE id = $1", id).
+			Scan(&aggregateType, &aggregateID, &eventType, &payload))
+		return
+	}
+
+	inline := c.enqueue(t, "order-1", `{"total": 10, "items": ["a", "b"]}`)
+	at, aid, et, p := payloadOf(inline)
+	require.Equal(t, "order", at)
+	require.Equal(t, "order-1", aid)
+	require.Equal(t, "OrderCreated", et)
+	require.JSONEq(t, `{"total": 10, "items": ["a", "b"]}`, p)
+
+	r := c.runStdin(t, `{"from": "stdin", "n": [1, 2, 3]}`,
+		"enqueue", "--table", c.table, "--aggregate-type", "invoice", "--aggregate-id", "inv-9", "--event-type", "InvoiceSent", "--payload", "-")
+	requireOK(t, r)
+	require.Regexp(t, idLine, r.stdout)
+	fromStdin, err := strconv.ParseInt(strings.TrimSpace(r.stdout), 10, 64)
+	require.NoError(t, err)
+	at, aid, et, p = payloadOf(fromStdin)
+	require.Equal(t, []string{"invoice", "inv-9", "InvoiceSent"}, []string{at, aid, et})
+	require.JSONEq(t, `{"from": "stdin", "n": [1, 2, 3]}`, p)
+
+	file := filepath.Join(t.TempDir(), "payload.json")
+	require.NoError(t, os.WriteFile(file, []byte("{\n  \"from\": \"file\",\n  \"ok\": true\n}\n"), 0o600))
+	fromFile := c.enqueue(t, "order-2", "@"+file)
+	_, _, _, p = payloadOf(fromFile)
+	require.JSONEq(t, `{"from": "file", "ok": true}`, p)
+
+	require.Less(t, inline, fromStdin)
+	require.Less(t, fromStdin, fromFile)
+	require.Equal(t, 3, c.count(t, "status = 'pending'"))
+}
+
+func testRunDrainStdout(t *testing.T, bin string) {
+	c := newCLI(t, bin)
+	c.migrate(t)
+	payloads := map[int64]string{}
+	for i := range 5 {
+		p := fmt.Sprintf(`{"n": %d, "note": "<&> \u00e9"}`, i)
+		payloads[c.enqueue(t, fmt.Sprintf("agg-%d", i%2), p)] = p
+	}
+
+	r := c.ok(t, "run", "--drain", "--sink", "stdout:", "--table", c.table)
+	lines := jsonLines(t, r.stdout)
+	require.Len(t, lines, len(payloads), "%s", r)
+	seen := map[int64]bool{}
+	for _, m := range lines {
+		for _, k := range []string{"id", "aggregate_type", "aggregate_id", "event_type", "attempt", "fencing_token", "payload"} {
+			require.Contains(t, m, k)
+		}
+		id := int64Of(t, m["id"])
+		require.Contains(t, payloads, id)
+		require.False(t, seen[id], "message %d delivered twice", id)
+		seen[id] = true
+		require.Equal(t, "order", stringOf(t, m["aggregate_type"]))
+		require.Regexp(t, `^agg-[01]$`, stringOf(t, m["aggregate_id"]))
+		require.Equal(t, "OrderCreated", stringOf(t, m["event_type"]))
+		require.Equal(t, int64(1), int64Of(t, m["attempt"]))
+		require.GreaterOrEqual(t, int64Of(t, m["fencing_token"]), int64(1))
+		require.JSONEq(t, payloads[id], string(m["payload"]))
+	}
+	require.NotEmpty(t, r.stderr, "the logs go to stderr")
+	require.Contains(t, r.stderr, "summary")
+	require.Equal(t, len(payloads), c.count(t, "status = 'done' AND done_at IS NOT NULL"))
+}
+
+func testRunDrainHTTP(t *testing.T, bin string) {
+	c := newCLI(t, bin)
+	c.migrate(t)
+	payloads := map[string]string{}
+	for i := range 3 {
+		p := fmt.Sprintf(`{"n":%d}`, i)
+		payloads[strconv.FormatInt(c.enqueue(t, "agg", p), 10)] = p
+	}
+	rejected := c.enqueue(t, "agg", `{"reject":true}`)
+	var (
+		mu       sync.Mutex
+		received = map[string][]string{}
+		badAuth  int
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		if user, pass, ok := r.BasicAuth(); !ok || user != "hook" || pass != secret {
+			badAuth++
+		}
+		key := r.Header.Get("Idempotency-Key")
+		received[key] = append(received[key], string(body))
+		if strings.Contains(string(body), "reject") {
+			http.Error(w, "unprocessable", http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	sinkURL, err := url.Parse(srv.URL + "/hook")
+	require.NoError(t, err)
+	sinkURL.User = url.UserPassword("hook", secret)
+
+	r := c.ok(t, "run", "--drain", "--sink", sinkURL.String(), "--table", c.table)
+	require.Empty(t, r.stdout)
+	require.NotContains(t, r.stderr, secret)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Zero(t, badAuth, "the sink URL's credentials go out as basic auth")
+	require.Len(t, received, len(payloads)+1)
+	for id, p := range payloads {
+		require.Len(t, received[id], 1, "one request with Idempotency-Key %s", id)
+		require.JSONEq(t, p, received[id][0])
+	}
+	require.Equal(t, len(payloads), c.count(t, "status = 'done'"))
+	// A 400 is permanent: the message goes dead at once, and its recorded
+	// error does not carry the sink's password.
+	require.Len(t, received[strconv.FormatInt(rejected, 10)], 1)
+	var lastError string
+	require.NoError(t, testdb.Pool(t).QueryRow(context.Background(),
+		"SELECT last_error FROM "+c.quoted()+" WHERE id = $1 AND status = 'dead'", rejected).Scan(&lastError))
+	require.Contains(t, lastError, "400")
+	require.NotContains(t, lastError, secret)
+}
+
+func testRunStopsOnSignal(t *testing.T, bin string, sig os.Signal) {
+	c := newCLI(t, bin)
+	c.migrate(t)
+	id := c.enqueue(t, "agg", `{"n":1}`)
+	p := start(t, bin, c.env, nil, "run", "--table", c.table, "--poll-interval", "200ms")
+	// Idle: the one message is delivered and nothing else is claimable.
+	require.Eventually(t, func() bool {
+		return c.count(t, "status = 'done'") == 1 && strings.Contains(p.stdout.String(), "\n")
+	}, 30*time.Second, 20*time.Millisecond, "stderr:\n%s", p.stderr.String())
+	sent := time.Now()
+	require.NoError(t, p.cmd.Process.Signal(sig))
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+	case <-time.After(5 * time.Second):
+		require.FailNow(t, "outboxd run did not stop within 5s of the signal", "stderr:\n%s", p.stderr.String())
+	}
+	r := p.wait()
+	requireOK(t, r)
+	require.Less(t, time.Since(sent), 5*time.Second)
+	lines := jsonLines(t, r.stdout)
+	require.Len(t, lines, 1)
+	require.Equal(t, id, int64Of(t, lines[0]["id"]))
+	require.Equal(t, 0, c.count(t, "status = 'processing' OR lease_owner IS NOT NULL"))
+}
+
+// testRunStopsMidPublish stops run while a publish hangs: the publish is
+// cut at --publish-timeout, and the message goes back to pending rather than
+// staying leased to a process that is gone.
+func testRunStopsMidPublish(t *testing.T, bin string) {
+	c := newCLI(t, bin)
+	c.migrate(t)
+	id := c.enqueue(t, "agg", `{"n":1}`)
+	arrived := make(chan struct{}, 1)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+
+	p := start(t, bin, c.env, nil, "run", "--table", c.table, "--sink", srv.URL, "--publish-timeout", "1s", "--lease", "30s")
+	select {
+	case <-arrived:
+	case <-time.After(30 * time.Second):
+		require.FailNow(t, "no publish arrived", "stderr:\n%s", p.stderr.String())
+	}
+	require.Equal(t, "processing", c.statusOf(t, id))
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+	case <-time.After(5 * time.Second):
+		require.FailNow(t, "outboxd run did not stop within 5s of SIGTERM", "stderr:\n%s", p.stderr.String())
+	}
+	requireOK(t, p.wait())
+	require.Equal(t, 1, c.count(t, fmt.Sprintf("id = %d AND status = 'pending' AND lease_owner IS NULL AND lease_until IS NULL", id)))
+}
+
+func testStatus(t *testing.T, bin string) {
+	c := newCLI(t, bin)
+	c.migrate(t)
+	statusJSON := func() (map[string]json.RawMessage, map[string]int64, map[string]int64) {
+		r := c.ok(t, "status", "--json", "--table", c.table)
+		var top map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &top), "%s", r)
+		require.Equal(t, []string{"attempts", "counts", "expired_leases", "oldest_pending_age_seconds"}, keys(top))
+		var counts, attempts map[string]int64
+		require.NoError(t, json.Unmarshal(top["counts"], &counts))
+		require.Equal(t, []string{"dead", "done", "pending", "processing"}, keys(counts))
+		require.NoError(t, json.Unmarshal(top["attempts"], &attempts))
+		return top, counts, attempts
+	}
+
+	top, counts, attempts := statusJSON()
+	require.Equal(t, map[string]int64{"pending": 0, "processing": 0, "done": 0, "dead": 0}, counts)
+	require.Equal(t, "null", string(top["oldest_pending_age_seconds"]))
+	require.Empty(t, attempts)
+
+	ids := make([]int64, 6)
+	for i := range ids {
+		ids[i] = c.enqueue(t, fmt.Sprintf("agg-%d", i), fmt.Sprintf(`{"n":%d}`, i))
+	}
+	q := c.quoted()
+	c.exec(t, "UPDATE "+q+" SET created_at = now() - interval '1 hour' WHERE id = $1", ids[0])
+	c.exec(t, "UPDATE "+q+" SET attempts = 2 WHERE id = $1", ids[1])
+	c.exec(t, "UPDATE "+q+" SET status = 'processing', attempts = 1, lease_owner = 'gone', lease_version = 1, lease_until = now() - interval '1 minute' WHERE id = $1", ids[2])
+	c.exec(t, "UPDATE "+q+" SET status = 'processing', attempts = 1, lease_owner = 'live', lease_version = 1, lease_until = now() + interval '1 minute' WHERE id = $1", ids[3])
+	c.exec(t, "UPDATE "+q+" SET status = 'done', attempts = 1, done_at = now() WHERE id = $1", ids[4])
+	c.exec(t, "UPDATE "+q+" SET status = 'dead', attempts = 7, last_error = 'boom' WHERE id = $1", ids[5])
+
+	top, counts, attempts = statusJSON()
+	require.Equal(t, map[string]int64{"pending": 2, "processing": 2, "done": 1, "dead": 1}, counts)
+	require.Equal(t, map[string]int64{"0": 1, "1": 2, "2": 1}, attempts)
+	require.Equal(t, "1", string(top["expired_leases"]))
+	var age float64
+	require.NoError(t, json.Unmarshal(top["oldest_pending_age_seconds"], &age))
+	require.InDelta(t, 3600, age, 60)
+
+	r := c.ok(t, "status", "--table", c.table)
+	for _, re := range []string{`(?m)^pending\s+2$`, `(?m)^processing\s+2$`, `(?m)^done\s+1$`, `(?m)^dead\s+1$`, `(?m)^expired leases\s+1$`, `(?m)^oldest pending age\s+1h`} {
+		require.Regexp(t, re, r.stdout)
+	}
+
+	c.exec(t, "UPDATE "+q+" SET status = 'done', done_at = now(), lease_owner = NULL, lease_until = NULL WHERE status IN ('pending', 'processing')")
+	top, counts, attempts = statusJSON()
+	require.Equal(t, map[string]int64{"pending": 0, "processing": 0, "done": 5, "dead": 1}, counts)
+	require.Equal(t, "null", string(top["oldest_pending_age_seconds"]))
+	require.Equal(t, "0", string(top["expired_leases"]))
+	require.Empty(t, attempts)
+	r = c.ok(t, "status", "--table", c.table)
+	require.Regexp(t, `(?m)^oldest pending age\s+none undelivered$`, r.stdout)
+}
+
+func testDead(t *testing.T, bin string) {
+	c := newCLI(t, bin)
+	c.migrate(t)
+	r := c.ok(t, "dead", "list", "--json", "--table", c.table)
+	require.Equal(t, "[]", strings.TrimSpace(r.stdout))
+
+	ids := make([]int64, 4)
+	for i := range ids {
+		ids[i] = c.insert(t, fmt.Sprintf("agg-%d", i), fmt.Sprintf(`{"n": %d}`, i))
+	}
+	c.exec(t, "UPDATE "+c.quoted()+` SET status = 'dead', attempts = 5, lease_version = 5, lease_owner = NULL, lease_until = NULL,
+		last_error = 'permanent: HTTP 400 for message ' || id WHERE id = ANY($1)`, ids[:3])
+
+	r = c.ok(t, "dead", "list", "--json", "--table", c.table)
+	var list []map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &list), "%s", r)
+	require.Len(t, list, 3)
+	for i, m := range list {
+		require.Equal(t, []string{"aggregate_id", "aggregate_type", "attempts", "created_at", "event_type", "id", "last_error", "lease_version", "payload"}, keys(m))
+		require.Equal(t, ids[i], int64Of(t, m["id"]))
+		require.Equal(t, "order", stringOf(t, m["aggregate_type"]))
+		require.Equal(t, fmt.Sprintf("agg-%d", i), stringOf(t, m["aggregate_id"]))
+		require.Equal(t, "OrderCreated", stringOf(t, m["event_type"]))
+		require.JSONEq(t, fmt.Sprintf(`{"n": %d}`, i), string(m["payload"]))
+		require.Equal(t, int64(5), int64Of(t, m["attempts"]))
+		require.Equal(t, int64(5), int64Of(t, m["lease_version"]))
+		require.Equal(t, fmt.Sprintf("permanent: HTTP 400 for message %d", ids[i]), stringOf(t, m["last_error"]))
+		created, err := time.Parse(time.RFC3339Nano, stringOf(t, m["created_at"]))
+		require.NoError(t, err)
+		require.WithinDuration(t, time.Now(), created, time.Minute)
+	}
+	r = c.ok(t, "dead", "list", "--table", c.table)
+	for _, id := range ids[:3] {
+		require.Contains(t, r.stdout, fmt.Sprintf("permanent: HTTP 400 for message %d", id))
+	}
+
+	r = c.ok(t, "dead", "retry", "--table", c.table, strconv.FormatInt(ids[0], 10))
+	require.Equal(t, fmt.Sprintf("retried 1 message(s): %d\n", ids[0]), r.stdout)
+	require.Equal(t, 1, c.count(t, fmt.Sprintf("id = %d AND status = 'pending' AND attempts = 0 AND available_at <= now()", ids[0])))
+	require.Equal(t, "dead", c.statusOf(t, ids[1]))
+
+	r = c.ok(t, "dead", "skip", "--table", c.table, strconv.FormatInt(ids[1], 10))
+	require.Equal(t, fmt.Sprintf("skipped 1 message(s): %d\n", ids[1]), r.stdout)
+	require.Equal(t, 1, c.count(t, fmt.Sprintf("id = %d AND status = 'done' AND done_at IS NOT NULL AND last_error IS NOT NULL", ids[1])))
+
+	// ids[3] is pending, not dead: nothing moves and the id is named.
+	before := c.snapshot(t)
+	for _, verb := range []string{"retry", "skip"} {
+		r = c.run(t, "dead", verb, "--table", c.table, strconv.FormatInt(ids[3], 10))
+		require.Equal(t, 1, r.code, "%s", r)
+		require.Regexp(t, `^outboxd: .*\b`+strconv.FormatInt(ids[3], 10)+`\b.*\n$`, r.stderr)
+		requireNoPanic(t, r)
+	}
+	require.Equal(t, before, c.snapshot(t))
+
+	for _, args := range [][]string{
+		{"dead"},
+		{"dead", "retry"},
+		{"dead", "skip"},
+		{"dead", "retry", "--all", "1"},
+		{"dead", "skip", "--all"},
+		{"dead", "retry", "abc"},
+		{"dead", "revive", "1"},
+	} {
+		requireFailure(t, c.run(t, append(args, "--table", c.table)...), 2)
+	}
+	require.Equal(t, before, c.snapshot(t))
+
+	r = c.ok(t, "dead", "retry", "--all", "--table", c.table)
+	require.Equal(t, fmt.Sprintf("retried 1 message(s): %d\n", ids[2]), r.stdout)
+	require.Equal(t, "pending", c.statusOf(t, ids[2]))
+	require.Equal(t, 0, c.count(t, "status = 'dead'"))
+	r = c.ok(t, "dead", "list", "--json", "--table", c.table)
+	require.Equal(t, "[]", strings.TrimSpace(r.stdout))
+}
+
+func testPurge(t *testing.T, bin string) {
+	c := newCLI(t, bin)
+	c.migrate(t)
+	q := c.quoted()
+	ids := make([]int64, 5)
+	for i := range ids {
+		ids[i] = c.insert(t, "agg", `{}`)
+	}
+	c.exec(t, "UPDATE "+q+" SET status = 'done', done_at = now() - interval '8 days' WHERE id = $1", ids[0])
+	c.exec(t, "UPDATE "+q+" SET status = 'done', done_at = now() - interval '2 hours' WHERE id = $1", ids[1])
+	c.exec(t, "UPDATE "+q+" SET status = 'done', done_at = now() WHERE id = $1", ids[2])
+	// Old rows that are not done stay whatever their age.
+	c.exec(t, "UPDATE "+q+" SET created_at = now() - interval '30 days', status = 'dead' WHERE id = $1", ids[3])
+	c.exec(t, "UPDATE "+q+" SET created_at = now() - interval '30 days' WHERE id = $1", ids[4])
+
+	remaining := func() []int64 {
+		rows, err := testdb.Pool(t).Query(context.Background(), "SELECT id FROM "+q+" ORDER BY id")
+		require.NoError(t, err)
+		got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		require.NoError(t, err)
+		return got
+	}
+
+	r := c.ok(t, "purge", "--older-than", "7d", "--table", c.table)
+	require.Contains(t, r.stdout, "purged 1 ")
+	require.Equal(t, []int64{ids[1], ids[2], ids[3], ids[4]}, remaining())
+
+	r = c.ok(t, "purge", "--older-than", "1h", "--table", c.table)
+	require.Contains(t, r.stdout, "purged 1 ")
+	require.Equal(t, []int64{ids[2], ids[3], ids[4]}, remaining())
+
+	r = c.ok(t, "purge", "--older-than", "1h", "--batch", "1", "--table", c.table)
+	require.Contains(t, r.stdout, "purged 0 ")
+	require.Equal(t, []int64{ids[2], ids[3], ids[4]}, remaining())
+
+	for _, args := range [][]string{
+		{"purge"},
+		{"purge", "--older-than", "yesterday"},
+		{"purge", "--older-than", "-1h"},
+		{"purge", "--older-than", "1h", "--batch", "0"},
+	} {
+		requireFailure(t, c.run(t, append(args, "--table", c.table)...), 2)
+	}
+	require.Equal(t, []int64{ids[2], ids[3], ids[4]}, remaining())
+}
+
+func testBadInput(t *testing.T, bin string) {
+	c := newCLI(t, bin)
+	c.migrate(t)
+	for i := range 3 {
+		c.insert(t, fmt.Sprintf("agg-%d", i), `{"keep": true}`)
+	}
+	missing := c.schema + ".missing"
+	unreachable := "postgres://u:" + secret + "@127.0.0.1:1/x"
+	wrongRole := withUser(t, c.dsn, "outboxd_no_such_role", secret)
+	enqueue := []string{"enqueue", "--table", c.table, "--aggregate-type", "order", "--aggregate-id", "1", "--event-type", "E"}
+	runDrain := []string{"run", "--drain", "--table", c.table}
+
+	for _, tt := range []struct {
+		name    string
+		args    []string
+		env     []string
+		stdin   string
+		code    int
+		mention string
+	}{
+		{name: "InvalidDSN", args: []string{"status", "--table", c.table, "--dsn", "host=x port=notaport"}, code: 2, mention: "DSN"},
+		{name: "InvalidDSNWithPassword", args: []string{"migrate", "--table", c.table, "--dsn", "host=x password=" + secret + " port=notaport"}, code: 2, mention: "DSN"},
+		{name: "InvalidURLDSNWithPassword", args: []string{"status", "--table", c.table, "--dsn", "postgres://u:" + secret + "@127.0.0.1:notaport/x"}, code: 2, mention: "DSN"},
+		{name: "UnreachableServer", args: []string{"status", "--table", c.table, "--dsn", unreachable}, code: 1},
+		{name: "UnreachableServerFromEnv", args: []string{"migrate", "--table", c.table}, env: envWith(unreachable), code: 1},
+		{name: "UnknownRoleWithPassword", args: append(slices.Clone(runDrain), "--dsn", wrongRole), code: 1, mention: "outboxd_no_such_role"},
+		{name: "UnknownSinkScheme", args: append(slices.Clone(runDrain), "--sink", "ftp://example.invalid/x"), code: 2, mention: "ftp"},
+		{name: "SinkNotAURL", args: append(slices.Clone(runDrain), "--sink", "stdout"), code: 2, mention: "--sink"},
+		{name: "ZeroWorkers", args: append(slices.Clone(runDrain), "--workers", "0"), code: 2, mention: "--workers"},
+		{name: "NegativeBatch", args: append(slices.Clone(runDrain), "--batch", "-1"), code: 2, mention: "--batch"},
+		{name: "ZeroLease", args: append(slices.Clone(runDrain), "--lease", "0s"), code: 2, mention: "--lease"},
+		{name: "PublishTimeoutOverHalfLease", args: append(slices.Clone(runDrain), "--publish-timeout", "40s", "--lease", "60s"), code: 2, mention: "--publish-timeout"},
+		{name: "BadDuration", args: append(slices.Clone(runDrain), "--lease", "soon"), code: 2, mention: "soon"},
+		{name: "BadLogLevel", args: append(slices.Clone(runDrain), "--log-level", "loud"), code: 2, mention: "--log-level"},
+		{name: "MalformedPayload", args: append(slices.Clone(enqueue), "--payload", `{"a": }`), code: 2, mention: "JSON"},
+		{name: "MalformedPayloadOnStdin", args: append(slices.Clone(enqueue), "--payload", "-"), stdin: "not json", code: 2, mention: "JSON"},
+		{name: "MissingPayloadFile", args: append(slices.Clone(enqueue), "--payload", "@/nonexistent/payload.json"), code: 2, mention: "payload"},
+		{name: "MissingRequiredFlag", args: []string{"enqueue", "--table", c.table, "--aggregate-type", "order", "--payload", "{}"}, code: 2, mention: "required"},
+		{name: "MissingTableStatus", args: []string{"status", "--table", missing}, code: 1, mention: "migrate"},
+		{name: "MissingTableEnqueue", args: []string{"enqueue", "--table", missing, "--aggregate-type", "o", "--aggregate-id", "1", "--event-type", "E", "--payload", "{}"}, code: 1, mention: "migrate"},
+		{name: "MissingTableRun", args: []string{"run", "--drain", "--table", missing}, code: 1, mention: "migrate"},
+		{name: "MissingTableDeadList", args: []string{"dead", "list", "--table", missing}, code: 1, mention: "migrate"},
+		{name: "MissingTableDeadRetry", args: []string{"dead", "retry", "--all", "--table", missing}, code: 1, mention: "migrate"},
+		{name: "MissingTablePurge", args: []string{"purge", "--older-than", "1h", "--table", missing}, code: 1, mention: "migrate"},
+		{name: "UnknownCommand", args: []string{"frobnicate", "--table", c.table}, code: 2, mention: "frobnicate"},
+		{name: "UnknownFlag", args: []string{"status", "--table", c.table, "--bogus"}, code: 2, mention: "bogus"},
+		{name: "UnknownRunFlag", args: append(slices.Clone(runDrain), "--bogus"), code: 2, mention: "bogus"},
+		{name: "UnexpectedArgument", args: []string{"status", "--table", c.table, "extra"}, code: 2, mention: "extra"},
+		{name: "UnexpectedArgumentMigrate", args: []string{"migrate", "--table", missing, "extra"}, code: 2, mention: "extra"},
+		{name: "UnexpectedArgumentRun", args: append(slices.Clone(runDrain), "extra"), code: 2, mention: "extra"},
+		{name: "TableWithTwoDots", args: []string{"migrate", "--table", c.schema + ".a.b"}, code: 2, mention: "--table"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			before := c.snapshot(t)
+			env := c.env
+			if tt.env != nil {
+				env = tt.env
+			}
+			var stdin io.Reader
+			if tt.stdin != "" {
+				stdin = strings.NewReader(tt.stdin)
+			}
+			r := runBin(t, bin, env, stdin, tt.args...)
+			requireFailure(t, r, tt.code)
+			require.NotContains(t, r.stdout+r.stderr, secret, "%s", r)
+			if tt.mention != "" {
+				require.Contains(t, r.stderr, tt.mention, "%s", r)
+			}
+			require.Equal(t, before, c.snapshot(t), "the table changed")
+			var exists bool
+			require.NoError(t, testdb.Pool(t).QueryRow(context.Background(),
+				"SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{c.schema, "missing"}.Sanitize()).Scan(&exists))
+			require.False(t, exists, "a failed command created a table")
+		})
+	}
+}
+
+func testHostileTable(t *testing.T, bin string) {
+	c := newCLI(t, bin)
+	pool := testdb.Pool(t)
+	ctx := context.Background()
+	victim := pgx.Identifier{c.schema, "victim"}.Sanitize()
+	c.exec(t, "CREATE TABLE "+victim+" (n int)")
+	c.exec(t, "INSERT INTO "+victim+" VALUES (1)")
+	// With the test schema first on the search path, an injected
+	// unqualified DROP TABLE victim would find the victim.
+	env := envWith(withParam(t, c.dsn, "search_path", c.schema))
+
+	names := []string{
+		`x"; DROP TABLE victim; --`,
+		`x'); DROP TABLE victim; --`,
+		`it's a "tåble" $$ {{table}} ✓`,
+		"tab\tle; $outboxd0$ \u00a0名前",
+	}
+	unqualified := `y"; DROP TABLE victim; --`
+	t.Cleanup(func() {
+		// Should the search path not apply, the unqualified table lands in public.
+		_, _ = pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{"public", unqualified}.Sanitize()+" CASCADE")
+	})
+	tables := []string{}
+	for _, n := range names {
+		tables = append(tables, c.schema+"."+n)
+	}
+	tables = append(tables, unqualified)
+
+	for i, table := range tables {
+		name := table
+		if i < len(names) {
+			name = names[i]
+		}
+		run := func(stdin io.Reader, args ...string) result {
+			t.Helper()
+			r := runBin(t, bin, env, stdin, append(args, "--table", table)...)
+			requireOK(t, r)
+			return r
+		}
+		run(nil, "migrate")
+		run(nil, "migrate")
+		var relSchema string
+		require.NoError(t, pool.QueryRow(ctx,
+			`SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relname = $1 AND c.relkind = 'r'`,
+			name).Scan(&relSchema), "table %q", name)
+		require.Equal(t, c.schema, relSchema)
+
+		r := run(strings.NewReader(`{"table": "hostile"}`), "enqueue", "--aggregate-type", "o", "--aggregate-id", name, "--event-type", "E", "--payload", "-")
+		require.Regexp(t, idLine, r.stdout)
+		id, err := strconv.ParseInt(strings.TrimSpace(r.stdout), 10, 64)
+		require.NoError(t, err)
+
+		r = run(nil, "run", "--drain", "--sink", "stdout:")
+		lines := jsonLines(t, r.stdout)
+		require.Len(t, lines, 1, "%s", r)
+		require.Equal(t, id, int64Of(t, lines[0]["id"]))
+		require.Equal(t, name, stringOf(t, lines[0]["aggregate_id"]))
+
+		r = run(nil, "status", "--json")
+		var st struct{ Counts map[string]int64 }
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &st))
+		require.Equal(t, map[string]int64{"pending": 0, "processing": 0, "done": 1, "dead": 0}, st.Counts)
+
+		r = run(nil, "dead", "list", "--json")
+		require.Equal(t, "[]", strings.TrimSpace(r.stdout))
+		r = run(nil, "purge", "--older-than", "0s")
+		require.Contains(t, r.stdout, "purged 1 ")
+
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+victim).Scan(&n), "victim table after %q", table)
+		require.Equal(t, 1, n)
+	}
+
+	r := runBin(t, bin, env, nil, "migrate", "--table", c.schema+`.x"; DROP TABLE victim; --.y`)
+	requireFailure(t, r, 2)
+}
+
+func testHelp(t *testing.T, bin string) {
+	env := envWith("")
+	r := runBin(t, bin, env, nil, "help")
+	requireOK(t, r)
+	commands := []string{"migrate", "enqueue", "run", "status", "dead", "purge", "demo", "bench", "version"}
+	for _, name := range commands {
+		require.Regexp(t, `(?m)^\s+`+name+`\s`, r.stdout)
+	}
+	require.Empty(t, r.stderr)
+
+	r = runBin(t, bin, env, nil)
+	require.Equal(t, 2, r.code, "%s", r)
+	requireNoPanic(t, r)
+
+	r = runBin(t, bin, env, nil, "run", "-h")
+	requireOK(t, r)
+	require.Empty(t, r.stderr)
+	require.Equal(t, 1, strings.Count(r.stdout, "Usage: outboxd run"), "the flag list is printed once\n%s", r)
+	for _, f := range []string{"dsn", "table", "sink", "workers", "batch", "max-attempts", "lease", "poll-interval",
+		"publish-timeout", "retry-base", "retry-cap", "defer-delay", "defer-max-age", "ordered", "no-notify", "owner",
+		"drain", "log-format", "log-level"} {
+		require.Regexp(t, `(?m)^\s+-`+f+`\b`, r.stdout)
+	}
+
+	for _, cmd := range [][]string{{"migrate", "-h"}, {"status", "--help"}, {"dead", "list", "-h"}, {"dead", "-h"}} {
+		r = runBin(t, bin, env, nil, cmd...)
+		requireOK(t, r)
+		require.Equal(t, 1, strings.Count(r.stdout, "Usage:"), "%s", r)
+	}
+
+	r = runBin(t, bin, env, nil, "version")
+	requireOK(t, r)
+	require.Regexp(t, `^outboxd \S+\n$`, r.stdout)
+}
+
+var (
+	deliveredLine  = regexp.MustCompile(`(?m)^\s+delivered\s+(\d+) unique ids$`)
+	duplicatesLine = regexp.MustCompile(`(?m)^\s+duplicates\s+(\d+)$`)
+)
+
+// requireDemoSummary checks the summary on stderr and the JSON lines on
+// stdout of a demo of the given number of orders (three events each).
+func requireDemoSummary(t *testing.T, r result, orders int) {
+	t.Helper()
+	requireOK(t, r)
+	want := strconv.Itoa(3 * orders)
+	m := deliveredLine.FindStringSubmatch(r.stderr)
+	require.NotNil(t, m, "%s", r)
+	require.Equal(t, want, m[1])
+	m = duplicatesLine.FindStringSubmatch(r.stderr)
+	require.NotNil(t, m, "%s", r)
+	require.Equal(t, "0", m[1])
+	lines := jsonLines(t, r.stdout)
+	require.Len(t, lines, 3*orders)
+	ids := map[int64]bool{}
+	for _, l := range lines {
+		ids[int64Of(t, l["id"])] = true
+	}
+	require.Len(t, ids, 3*orders)
+}
+
+func testDemo(t *testing.T, bin string) {
+	dsn := testdb.DSN(t)
+	p := start(t, bin, envWith(dsn), nil, "demo", "--orders", "20", "--dsn", dsn)
+	r := p.wait()
+	requireDemoSummary(t, r, 20)
+	// The demo works in a schema of its own, named after its pid, and drops it.
+	var exists bool
+	require.NoError(t, testdb.Pool(t).QueryRow(context.Background(),
+		"SELECT to_regnamespace($1) IS NOT NULL", fmt.Sprintf("outboxd_demo_%d", p.cmd.Process.Pid)).Scan(&exists))
+	require.False(t, exists, "the demo schema is left behind")
+}
+
+func testDemoThrowaway(t *testing.T, bin string) {
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "OUTBOX_DSN=") || strings.HasPrefix(kv, "PG")
+	})
+	r := runBin(t, bin, env, nil, "demo", "--orders", "10")
+	requireDemoSummary(t, r, 10)
+	require.Contains(t, r.stderr, "throwaway")
+	require.Contains(t, r.stderr, "removed the throwaway cluster")
+}
+
+// requireNoSchemasLeft checks that bench dropped the schemas it made.
+func requireNoSchemasLeft(t *testing.T, pid int) {
+	t.Helper()
+	var n int
+	require.NoError(t, testdb.Pool(t).QueryRow(context.Background(),
+		"SELECT count(*) FROM pg_namespace WHERE nspname LIKE $1", fmt.Sprintf("outboxd_bench_%d_%%", pid)).Scan(&n))
+	require.Zero(t, n)
+}
+
+func testBenchDrain(t *testing.T, bin string) {
+	dsn := testdb.DSN(t)
+	p := start(t, bin, envWith(dsn), nil, "bench", "--messages", "2000", "--variant", "both", "--dsn", dsn)
+	r := p.wait()
+	requireOK(t, r)
+	require.Equal(t, 2, strings.Count(r.stdout, "messages/s"), "%s", r)
+	require.Regexp(t, `(?m)^delivered\s+2000 in `, r.stdout)
+	for _, s := range []string{"round trips/msg", "commits/msg", "delivery lag"} {
+		require.Equal(t, 2, strings.Count(r.stdout, s), "%q\n%s", s, r)
+	}
+	require.Regexp(t, `(?m)^lease / seed: [0-9.]+x$`, r.stdout)
+	requireNoSchemasLeft(t, p.cmd.Process.Pid)
+}
+
+func testBenchProducers(t *testing.T, bin string) {
+	dsn := testdb.DSN(t)
+	p := start(t, bin, envWith(dsn), nil, "bench", "--producers", "2", "--duration", "1s", "--dsn", dsn)
+	r := p.wait()
+	requireOK(t, r)
+	require.Len(t, regexp.MustCompile(`(?m)^.+\s[0-9]+ inserts/s `).FindAllString(r.stdout, -1), 3, "%s", r)
+	requireNoSchemasLeft(t, p.cmd.Process.Pid)
+}
