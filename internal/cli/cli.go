@@ -45,6 +45,7 @@ func commands() []command {
 		{"status", "show counts by status, oldest pending age, expired leases, attempts", runStatus},
 		{"dead", "list, retry or skip dead messages (dead list|retry|skip)", runDead},
 		{"purge", "delete done messages older than a duration, in batches", runPurge},
+		{"config", "check a config file and print the effective configuration (config check)", runConfig},
 		{"demo", "run the whole pipeline on a throwaway database and show a summary", runDemo},
 		{"bench", "measure drain throughput, round trips and delivery lag", runBench},
 		{"version", "print the version", runVersion},
@@ -66,11 +67,12 @@ func usagef(format string, args ...any) error {
 // Main runs the command line and returns the process exit code.
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv}
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	if len(args) == 0 {
+		printUsage(stderr)
+		return ExitUsage
+	}
+	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		printUsage(stdout)
-		if len(args) == 0 {
-			return ExitUsage
-		}
 		return ExitOK
 	}
 	name := args[0]
@@ -78,7 +80,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		if c.name != name {
 			continue
 		}
-		ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		ctx, stop := shutdownContext(ctx, stderr)
 		defer stop()
 		err := c.run(ctx, e, args[1:])
 		return report(e, err)
@@ -177,5 +179,34 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	default:
 		return nil, usagef("--log-format: %q is not one of text, json", l.format)
+	}
+}
+
+// shutdownContext is cancelled by the first SIGTERM or SIGINT, which starts a
+// graceful shutdown. A second one exits at once: in-flight rows keep their
+// leases and are delivered again once those expire.
+func shutdownContext(parent context.Context, stderr io.Writer) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(parent)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case <-sigs:
+			fmt.Fprintln(stderr, "outboxd: second signal: exiting without waiting for in-flight publishes (their rows are re-delivered after the lease)")
+			os.Exit(ExitFailure)
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel()
 	}
 }

@@ -972,7 +972,7 @@ func testHelp(t *testing.T, bin string) {
 	env := envWith("")
 	r := runBin(t, bin, env, nil, "help")
 	requireOK(t, r)
-	commands := []string{"migrate", "enqueue", "run", "status", "dead", "purge", "demo", "bench", "version"}
+	commands := []string{"migrate", "enqueue", "run", "status", "dead", "purge", "config", "demo", "bench", "version"}
 	for _, name := range commands {
 		require.Regexp(t, `(?m)^\s+`+name+`\s`, r.stdout)
 	}
@@ -981,6 +981,8 @@ func testHelp(t *testing.T, bin string) {
 	r = runBin(t, bin, env, nil)
 	require.Equal(t, 2, r.code, "%s", r)
 	requireNoPanic(t, r)
+	require.Empty(t, r.stdout, "usage after a mistake belongs on stderr")
+	require.Contains(t, r.stderr, "Usage: outboxd")
 
 	r = runBin(t, bin, env, nil, "run", "-h")
 	requireOK(t, r)

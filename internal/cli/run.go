@@ -4,9 +4,13 @@ import (
 	"context"
 	"flag"
 	"log/slog"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/sink/route"
 )
 
 // runFlags are the dispatcher options shared by run, demo and bench.
@@ -116,52 +120,169 @@ func isIdent(b byte) bool {
 	return b == '_' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9'
 }
 
-func runRun(ctx context.Context, e *env, args []string) error {
-	var (
-		db    dbFlags
-		rf    runFlags
-		lf    logFlags
-		drain bool
-	)
-	fs := newFlagSet(e, "run", "run [--sink URL] [--workers N] [--batch N] [--lease DUR] [--ordered] [--drain] ...")
-	db.register(fs)
-	rf.register(fs, "stdout:")
-	lf.register(fs)
-	fs.BoolVar(&drain, "drain", false, "exit 0 once nothing is pending or processing")
-	if err := parseFlags(fs, args); err != nil {
+// runSetup holds the options run and config check share, and where each
+// effective value came from.
+type runSetup struct {
+	db         dbFlags
+	rf         runFlags
+	lf         logFlags
+	drain      bool
+	configPath string
+	routes     routeFlags
+	fileRoutes []routeSpec
+	fs         *flag.FlagSet
+	sources    map[string]source
+}
+
+func newRunSetup(e *env, name, synopsis string) *runSetup {
+	s := &runSetup{fs: newFlagSet(e, name, synopsis)}
+	s.db.register(s.fs)
+	s.rf.register(s.fs, "stdout:")
+	s.lf.register(s.fs)
+	s.fs.BoolVar(&s.drain, "drain", false, "exit 0 once nothing is pending or processing")
+	s.fs.StringVar(&s.configPath, "config", "", "YAML config file (default $OUTBOXD_CONFIG); flags and OUTBOXD_* variables override it")
+	s.fs.Var(&s.routes, "route", "route FILTER[,FILTER]=URL, e.g. event_type=Order*=http://orders/hook (repeatable; replaces the file's routes)")
+	return s
+}
+
+// parse reads flags, then fills the rest from the environment and the file.
+func (s *runSetup) parse(e *env, args []string) error {
+	if err := parseFlags(s.fs, args); err != nil {
 		return err
 	}
-	if err := noArgs(fs); err != nil {
+	if err := noArgs(s.fs); err != nil {
 		return err
 	}
-	logger, err := lf.logger(e.stderr)
+	if s.configPath == "" {
+		s.configPath = e.getenv("OUTBOXD_CONFIG")
+	}
+	var file *configFile
+	if s.configPath != "" {
+		known := func(k string) bool { return k != "config" && k != "route" && s.fs.Lookup(k) != nil }
+		f, err := loadConfigFile(s.configPath, known)
+		if err != nil {
+			return err
+		}
+		file = f
+		s.fileRoutes = f.routes
+	}
+	sources, err := applyLayers(s.fs, file, e.getenv)
 	if err != nil {
 		return err
 	}
-	cfg, err := rf.config(db.table, logger)
-	if err != nil {
-		return err
+	s.sources = sources
+	if len(s.routes) > 0 {
+		s.fileRoutes = nil
 	}
-	if _, err := outbox.NewAdmin(nil, db.table); err != nil {
+	if _, err := outbox.NewAdmin(nil, s.db.table); err != nil {
 		return usagef("--table: %v", cleanErr(err))
 	}
-	sink, err := openSink(rf.sink, e.stdout)
+	return nil
+}
+
+// allRoutes returns the effective routes: --route flags, else the file's.
+func (s *runSetup) allRoutes() []routeSpec {
+	if len(s.routes) > 0 {
+		return s.routes
+	}
+	return s.fileRoutes
+}
+
+// hasDefaultSink reports whether --sink was given (by flag, env or file) or
+// no routes exist: with routes and no explicit --sink there is no default.
+func (s *runSetup) hasDefaultSink() bool {
+	return len(s.allRoutes()) == 0 || s.sources["sink"] != fromDefault
+}
+
+// openSinks builds the sink the configuration describes: the --sink URL
+// alone, or a router over the routes with --sink as its default.
+func (s *runSetup) openSinks(e *env) (outbox.Sink, *route.Router, error) {
+	routes := s.allRoutes()
+	if len(routes) == 0 {
+		sink, err := openSink(s.rf.sink, e.stdout)
+		return sink, nil, err
+	}
+	opened := map[string]outbox.Sink{}
+	var all []outbox.Sink
+	closeAll := func() {
+		for _, sk := range all {
+			_ = sk.Close()
+		}
+	}
+	get := func(u string) (outbox.Sink, error) {
+		if sk, ok := opened[u]; ok {
+			return sk, nil
+		}
+		sk, err := openSink(u, e.stdout)
+		if err != nil {
+			return nil, err
+		}
+		opened[u] = sk
+		all = append(all, sk)
+		return sk, nil
+	}
+	rs := make([]route.Route, 0, len(routes))
+	for _, r := range routes {
+		sk, err := get(r.Sink)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		rs = append(rs, route.Route{Name: redactURL(r.Sink), AggregateTypes: r.AggregateTypes, EventTypes: r.EventTypes, Sink: sk})
+	}
+	var def outbox.Sink
+	if s.hasDefaultSink() {
+		sk, err := get(s.rf.sink)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		def = sk
+	}
+	router, err := route.New(rs, def)
+	if err != nil {
+		closeAll()
+		return nil, nil, usagef("routes: %v", err)
+	}
+	return router, router, nil
+}
+
+func runRun(ctx context.Context, e *env, args []string) error {
+	s := newRunSetup(e, "run", "run [--sink URL] [--route FILTER=URL]... [--config FILE] [--workers N] [--batch N] [--lease DUR] [--ordered] [--drain] ...")
+	if err := s.parse(e, args); err != nil {
+		return err
+	}
+	logger, err := s.lf.logger(e.stderr)
+	if err != nil {
+		return err
+	}
+	cfg, err := s.rf.config(s.db.table, logger)
+	if err != nil {
+		return err
+	}
+	sink, router, err := s.openSinks(e)
 	if err != nil {
 		return err
 	}
 	defer sink.Close()
-	pool, err := db.connect(ctx, e, 8)
+	pool, err := s.db.connect(ctx, e, 8)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	if router != nil {
+		if err := checkRoutes(ctx, pool, s.db.table, router); err != nil {
+			return err
+		}
+		logger.Info("routes", slog.String("table", router.String()))
+	}
 	d, err := outbox.NewDispatcher(pool, sink, cfg)
 	if err != nil {
 		return cleanErr(err)
 	}
 	stopProgress := logProgress(ctx, logger, d, 10*time.Second)
 	defer stopProgress()
-	if drain {
+	if s.drain {
 		err = d.Drain(ctx)
 	} else {
 		err = d.Run(ctx)
@@ -172,6 +293,32 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	st := d.Stats()
 	logger.Info("summary", slog.Int64("done", st.Done), slog.Int64("retried", st.Retried),
 		slog.Int64("deferred", st.Deferred), slog.Int64("dead", st.Dead), slog.Int64("lease_lost", st.LeaseLost))
+	return nil
+}
+
+// checkRoutes refuses to start when messages already waiting would match no
+// route: a routing gap is a configuration error to report now, not a dead
+// message at 3 a.m. (Messages inserted later that match nothing go dead
+// with "no route matches" in last_error.)
+func checkRoutes(ctx context.Context, pool *pgxpool.Pool, table string, router *route.Router) error {
+	if router.HasDefault() {
+		return nil
+	}
+	admin, err := outbox.NewAdmin(pool, table)
+	if err != nil {
+		return err
+	}
+	types, err := admin.UndeliveredTypes(ctx)
+	if err != nil {
+		return cleanErr(err)
+	}
+	if missing := router.Unrouted(types); len(missing) > 0 {
+		parts := make([]string, 0, len(missing))
+		for _, m := range missing {
+			parts = append(parts, m[0]+"/"+m[1])
+		}
+		return usagef("no route (and no default --sink) for waiting messages of aggregate_type/event_type: %s", strings.Join(parts, ", "))
+	}
 	return nil
 }
 

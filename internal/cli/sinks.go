@@ -20,6 +20,7 @@ var sinkSchemes = []string{"stdout", "http", "https", "null"}
 //	http://... https://... webhook POST per message
 //	null:                 accept and discard (benchmarks)
 func openSink(rawURL string, stdout io.Writer) (outbox.Sink, error) {
+	rawURL = bareScheme(rawURL)
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme == "" {
 		return nil, usagef("--sink %q is not a URL (supported schemes: %s)", redactURL(rawURL), strings.Join(sinkSchemes, ", "))
@@ -51,4 +52,13 @@ func redactURL(raw string) string {
 		return "[unparseable URL]"
 	}
 	return u.Redacted()
+}
+
+// bareScheme accepts "stdout" and "null" for "stdout:" and "null:" (a
+// trailing colon needs quoting in YAML).
+func bareScheme(raw string) string {
+	if raw == "stdout" || raw == "null" {
+		return raw + ":"
+	}
+	return raw
 }

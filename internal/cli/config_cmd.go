@@ -1,0 +1,105 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/outboxd/outbox/sink/route"
+)
+
+func runConfig(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 || args[0] != "check" {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			fmt.Fprintln(e.stdout, "Usage: outboxd config check [--config FILE] [run flags]")
+			return nil
+		}
+		return usagef("config: want a subcommand: check")
+	}
+	s := newRunSetup(e, "config check", "config check [--config FILE] [run flags]")
+	if err := s.parse(e, args[1:]); err != nil {
+		return err
+	}
+	if _, err := s.lf.logger(e.stderr); err != nil {
+		return err
+	}
+	if _, err := s.rf.config(s.db.table, nil); err != nil {
+		return err
+	}
+	if s.hasDefaultSink() {
+		if err := checkSinkURL(s.rf.sink); err != nil {
+			return err
+		}
+	}
+	var rs []route.Route
+	for _, r := range s.allRoutes() {
+		if err := checkSinkURL(r.Sink); err != nil {
+			return err
+		}
+		rs = append(rs, route.Route{Name: r.Sink, AggregateTypes: r.AggregateTypes, EventTypes: r.EventTypes, Sink: nullSink()})
+	}
+	if _, err := route.New(rs, nil); err != nil {
+		return usagef("routes: %v", err)
+	}
+
+	if s.configPath != "" {
+		fmt.Fprintf(e.stdout, "config file: %s\n", s.configPath)
+	}
+	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "SETTING\tVALUE\tFROM")
+	s.fs.VisitAll(func(f *flag.Flag) {
+		if f.Name == "config" || f.Name == "route" {
+			return
+		}
+		value := f.Value.String()
+		if f.Name == "dsn" && value == "" && e.getenv("OUTBOX_DSN") != "" {
+			value = e.getenv("OUTBOX_DSN")
+		}
+		if f.Name == "dsn" && value == "" {
+			value = "(libpq environment)"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\n", f.Name, maskSecret(f.Name, value), s.sources[f.Name])
+	})
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	routes := s.allRoutes()
+	if len(routes) > 0 {
+		fmt.Fprintln(e.stdout, "routes (first match wins):")
+		for i, r := range routes {
+			fmt.Fprintf(e.stdout, "  %d. aggregate_type=%s event_type=%s -> %s\n", i+1,
+				patterns(r.AggregateTypes), patterns(r.EventTypes), maskSecret("sink", r.Sink))
+		}
+		if s.hasDefaultSink() {
+			fmt.Fprintf(e.stdout, "  default -> %s\n", maskSecret("sink", s.rf.sink))
+		} else {
+			fmt.Fprintln(e.stdout, "  default: none (run refuses to start while waiting messages match no route; later ones go dead)")
+		}
+	}
+	fmt.Fprintln(e.stdout, "configuration is valid")
+	return nil
+}
+
+func patterns(p []string) string {
+	if len(p) == 0 {
+		return "*"
+	}
+	return strings.Join(p, "|")
+}
+
+// checkSinkURL validates a sink URL without connecting anywhere.
+func checkSinkURL(raw string) error {
+	raw = bareScheme(raw)
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" {
+		return usagef("sink %q is not a URL (supported schemes: %s)", redactURL(raw), strings.Join(sinkSchemes, ", "))
+	}
+	if !slices.Contains(sinkSchemes, strings.ToLower(u.Scheme)) {
+		return usagef("unknown sink scheme %q (supported: %s)", u.Scheme, strings.Join(sinkSchemes, ", "))
+	}
+	return nil
+}

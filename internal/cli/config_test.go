@@ -1,0 +1,116 @@
+package cli_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestConfigAndRoutes(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+
+	t.Run("PrecedenceFlagOverEnvOverFile", func(t *testing.T) {
+		t.Parallel()
+		c := newCLI(t, bin)
+		cfg := filepath.Join(t.TempDir(), "outboxd.yaml")
+		require.NoError(t, os.WriteFile(cfg, []byte(
+			"workers: 20\nbatch: 30\nlease: 90s\ndsn: postgres://u:"+secret+"@127.0.0.1:5432/x\n"), 0o600))
+		env := append(append([]string(nil), c.env...), "OUTBOXD_BATCH=40")
+		r := runBin(t, bin, env, nil, "config", "check", "--config", cfg, "--lease", "2m")
+		requireOK(t, r)
+		require.NotContains(t, r.stdout+r.stderr, secret, "config check printed a password")
+		lines := map[string]string{}
+		for _, l := range strings.Split(r.stdout, "\n") {
+			f := strings.Fields(l)
+			if len(f) >= 3 {
+				lines[f[0]] = f[1] + " " + f[len(f)-1]
+			}
+		}
+		require.Equal(t, "20 file", lines["workers"])
+		require.Equal(t, "40 env", lines["batch"])
+		require.Equal(t, "2m0s flag", lines["lease"])
+		require.Equal(t, "12 default", lines["max-attempts"])
+	})
+
+	t.Run("BadConfig", func(t *testing.T) {
+		t.Parallel()
+		c := newCLI(t, bin)
+		dir := t.TempDir()
+		for name, content := range map[string]string{
+			"unknown-key":     "workerz: 3\n",
+			"bad-value":       "workers: many\n",
+			"bad-duration":    "lease: soon\n",
+			"not-yaml":        "workers: [1\n",
+			"route-no-sink":   "routes:\n  - event_type: X\n",
+			"route-bad-key":   "routes:\n  - evnt_type: X\n    sink: stdout\n",
+			"bad-sink":        "sink: kafkaesque://x\n",
+			"lease-too-short": "lease: 10s\npublish-timeout: 8s\n",
+		} {
+			path := filepath.Join(dir, name+".yaml")
+			require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
+			r := c.run(t, "config", "check", "--config", path)
+			requireFailure(t, r, 2)
+		}
+		requireFailure(t, c.run(t, "config", "check", "--config", filepath.Join(dir, "missing.yaml")), 2)
+		requireFailure(t, c.run(t, "config"), 2)
+	})
+
+	t.Run("RoutesSendTypesToTheirSinks", func(t *testing.T) {
+		t.Parallel()
+		c := newCLI(t, bin)
+		c.migrate(t)
+		var mu sync.Mutex
+		got := map[string][]string{}
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			got[r.URL.Path] = append(got[r.URL.Path], r.Header.Get("ce-type"))
+			mu.Unlock()
+			w.WriteHeader(http.StatusOK)
+		}))
+		t.Cleanup(srv.Close)
+		cfg := filepath.Join(t.TempDir(), "routes.yaml")
+		require.NoError(t, os.WriteFile(cfg, []byte(
+			"routes:\n"+
+				"  - event_type: [\"Payment*\"]\n    sink: "+srv.URL+"/payments\n"+
+				"  - aggregate_type: order\n    sink: "+srv.URL+"/orders\n"), 0o600))
+		for _, m := range [][2]string{{"order", "OrderCreated"}, {"order", "PaymentTaken"}, {"customer", "CustomerCreated"}} {
+			c.ok(t, "enqueue", "--table", c.table, "--aggregate-type", m[0], "--aggregate-id", "1", "--event-type", m[1], "--payload", "{}")
+		}
+		// customer/CustomerCreated matches no route and there is no default.
+		r := c.run(t, "run", "--table", c.table, "--config", cfg, "--drain")
+		requireFailure(t, r, 2)
+		require.Contains(t, r.stderr, "customer/CustomerCreated")
+		require.Equal(t, 3, c.count(t, "status = 'pending'"), "nothing may be delivered when the routing is incomplete")
+
+		// With a default sink (flag overrides nothing in the file: it adds
+		// the default route), everything is delivered to its route.
+		r = c.run(t, "run", "--table", c.table, "--config", cfg, "--drain", "--sink", srv.URL+"/default")
+		requireOK(t, r)
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, map[string][]string{
+			"/payments": {"PaymentTaken"},
+			"/orders":   {"OrderCreated"},
+			"/default":  {"CustomerCreated"},
+		}, got)
+	})
+
+	t.Run("RouteFlagsReplaceFileRoutes", func(t *testing.T) {
+		t.Parallel()
+		c := newCLI(t, bin)
+		c.migrate(t)
+		c.ok(t, "enqueue", "--table", c.table, "--aggregate-type", "order", "--aggregate-id", "1", "--event-type", "OrderCreated", "--payload", `{"a":1}`)
+		r := c.run(t, "run", "--table", c.table, "--drain", "--route", "aggregate_type=order|invoice,event_type=Order*=stdout")
+		requireOK(t, r)
+		require.Len(t, jsonLines(t, r.stdout), 1)
+		requireFailure(t, c.run(t, "run", "--table", c.table, "--route", "nosink"), 2)
+		requireFailure(t, c.run(t, "run", "--table", c.table, "--route", "colour=red=stdout"), 2)
+	})
+}
