@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -281,7 +282,7 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 					msg: Message{
 						ID: r.ID, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
 						EventType: r.EventType, Payload: r.Payload, CreatedAt: r.CreatedAt,
-						Attempt: r.Attempts, FencingToken: r.LeaseVersion,
+						Attempt: r.Attempts, FencingToken: r.LeaseVersion, Headers: d.headers(r),
 					},
 					deadline: deadline,
 					dbNow:    dbNow,
@@ -453,4 +454,28 @@ func (d *Dispatcher) finalize(batch []result) {
 				slog.Int64("lease_version", r.job.msg.FencingToken), slog.Duration("delay", r.outcome.Delay))
 		}
 	}
+}
+
+// headers decodes a row's headers column. A column that is not an object of
+// strings (written by hand) is passed on as far as it can be: string values
+// as they are, others as their JSON text.
+func (d *Dispatcher) headers(r *store.Row) map[string]string {
+	if r.Headers == "" || r.Headers == "null" {
+		return nil
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(r.Headers), &raw); err != nil {
+		d.log.Warn("ignoring headers that are not a JSON object", slog.Int64("outbox_id", r.ID))
+		return nil
+	}
+	out := make(map[string]string, len(raw))
+	for k, v := range raw {
+		var s string
+		if json.Unmarshal(v, &s) == nil {
+			out[k] = s
+		} else {
+			out[k] = string(v)
+		}
+	}
+	return out
 }

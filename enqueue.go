@@ -21,6 +21,10 @@ type NewMessage struct {
 	// JSON text (and must be valid JSON); anything else is marshalled with
 	// encoding/json.
 	Payload any
+	// Headers are optional metadata every sink passes on with the message
+	// (trace context such as traceparent, correlation ids). Stored in the
+	// headers column; nil stores NULL.
+	Headers map[string]string
 }
 
 // Producer writes messages to one outbox table. The zero value writes to
@@ -48,7 +52,7 @@ type sqlQuerier interface {
 }
 
 // maxEnqueueRows keeps one INSERT's parameters under PostgreSQL's 65535.
-const maxEnqueueRows = 65535 / 4
+const maxEnqueueRows = 65535 / store.InsertParams
 
 // Enqueue is [Enqueue] on p's table.
 func (p Producer) Enqueue(ctx context.Context, tx any, msgs ...NewMessage) ([]int64, error) {
@@ -66,7 +70,7 @@ func (p Producer) Enqueue(ctx context.Context, tx any, msgs ...NewMessage) ([]in
 	ids := make([]int64, 0, len(msgs))
 	for start := 0; start < len(msgs); start += maxEnqueueRows {
 		chunk := msgs[start:min(start+maxEnqueueRows, len(msgs))]
-		args := make([]any, 0, 4*len(chunk))
+		args := make([]any, 0, store.InsertParams*len(chunk))
 		for i, m := range chunk {
 			payload, err := encodePayload(m.Payload)
 			if err != nil {
@@ -75,7 +79,15 @@ func (p Producer) Enqueue(ctx context.Context, tx any, msgs ...NewMessage) ([]in
 			if m.AggregateType == "" || m.AggregateID == "" || m.EventType == "" {
 				return nil, fmt.Errorf("outbox: message %d: AggregateType, AggregateID and EventType are required", start+i)
 			}
-			args = append(args, m.AggregateType, m.AggregateID, m.EventType, payload)
+			var headers any // untyped nil: SQL NULL through any driver
+			if len(m.Headers) > 0 {
+				h, err := json.Marshal(m.Headers)
+				if err != nil {
+					return nil, fmt.Errorf("outbox: message %d: headers: %w", start+i, err)
+				}
+				headers = string(h)
+			}
+			args = append(args, m.AggregateType, m.AggregateID, m.EventType, payload, headers)
 		}
 		q := st.InsertSQL(len(chunk))
 		got, err := insert(ctx, tx, q, args)

@@ -20,6 +20,10 @@ var ErrNotFound = errors.New("outbox: not found")
 // ErrTableMissing reports that the outbox table does not exist; run migrate.
 var ErrTableMissing = store.ErrTableMissing
 
+// ErrTableOutdated reports that the table was created by an older version
+// and lacks columns this one reads; run migrate, which upgrades it in place.
+var ErrTableOutdated = store.ErrTableOutdated
+
 // RetryableError is a transient failure: the message goes back to pending
 // after a backoff and consumes an attempt. Build one with [Retryable] or
 // [RetryableAfter].

@@ -30,6 +30,10 @@ type Message struct {
 	// every claim, so a receiver that stores the highest token it has seen
 	// per message can reject a stale delivery.
 	FencingToken int64
+	// Headers are the producer's metadata for the message (the headers
+	// column), passed on by every sink; nil when there are none. A sink
+	// never lets them override its own protocol headers.
+	Headers map[string]string
 }
 
 // IDString returns ID in decimal, the form sinks put in headers.

@@ -118,33 +118,38 @@ func (s *Store) PurgeBatch(ctx context.Context, db DB, olderThan time.Duration, 
 }
 
 // InsertSQL returns a producer INSERT of n messages with positional
-// parameters $1..$4n (aggregate_type, aggregate_id, event_type, payload per
-// row) that returns the new ids in insertion order. It uses only plain
+// parameters $1..$5n (aggregate_type, aggregate_id, event_type, payload,
+// headers per row; payload and headers as JSON text, headers may be NULL)
+// that returns the new ids in insertion order. It uses only plain
 // placeholders, so any PostgreSQL driver can run it.
 func (s *Store) InsertSQL(n int) string {
 	var b []byte
 	b = append(b, "INSERT INTO "...)
 	b = append(b, s.Table.ident("")...)
-	b = append(b, " (aggregate_type, aggregate_id, event_type, payload) VALUES "...)
+	b = append(b, " (aggregate_type, aggregate_id, event_type, payload, headers) VALUES "...)
 	for i := range n {
 		if i > 0 {
 			b = append(b, ", "...)
 		}
-		p := i*4 + 1
-		b = append(b, '(')
-		b = append(b, '$')
-		b = strconv.AppendInt(b, int64(p), 10)
+		p := int64(i*InsertParams + 1)
+		b = append(b, "($"...)
+		b = strconv.AppendInt(b, p, 10)
 		b = append(b, ", $"...)
-		b = strconv.AppendInt(b, int64(p+1), 10)
+		b = strconv.AppendInt(b, p+1, 10)
 		b = append(b, ", $"...)
-		b = strconv.AppendInt(b, int64(p+2), 10)
+		b = strconv.AppendInt(b, p+2, 10)
 		b = append(b, ", $"...)
-		b = strconv.AppendInt(b, int64(p+3), 10)
+		b = strconv.AppendInt(b, p+3, 10)
+		b = append(b, "::text::jsonb, $"...)
+		b = strconv.AppendInt(b, p+4, 10)
 		b = append(b, "::text::jsonb)"...)
 	}
 	b = append(b, " RETURNING id"...)
 	return string(b)
 }
+
+// InsertParams is the number of parameters per row of InsertSQL.
+const InsertParams = 5
 
 // UndeliveredTypes returns the distinct (aggregate_type, event_type) pairs
 // of pending and processing rows (at most 10,000 pairs).

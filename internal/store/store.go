@@ -23,6 +23,9 @@ var files embed.FS
 // ErrTableMissing reports that the outbox table does not exist.
 var ErrTableMissing = errors.New("table does not exist (run `outboxd migrate` first)")
 
+// ErrTableOutdated reports that the table lacks columns this version reads.
+var ErrTableOutdated = errors.New("table was created by an older version (run `outboxd migrate` to upgrade it)")
+
 // DB is what the store needs from a connection, pool or transaction.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -68,7 +71,7 @@ func New(table string) (*Store, error) {
 	// "{{ordered_guard}}" or "$$" itself.
 	guard := strings.TrimSpace(raw("sql/ordered_guard.sql"))
 	claim := raw("sql/claim.sql")
-	migrate := strings.ReplaceAll(raw("migration/001_create.sql"), "$$", dollarTag(t.String()))
+	migrate := strings.ReplaceAll(migrations(raw), "$$", dollarTag(t.String()))
 	return &Store{
 		Table:        t,
 		claim:        r.Replace(strings.ReplaceAll(claim, "{{ordered_guard}}", "")),
@@ -91,6 +94,22 @@ func New(table string) (*Store, error) {
 			Done:  load("sql/seed_done.sql"),
 		},
 	}, nil
+}
+
+// migrations returns every migration in order, as one script. Each one is
+// idempotent, so running the whole script upgrades a table of any earlier
+// version and leaves a current one as it is.
+func migrations(raw func(string) string) string {
+	entries, err := files.ReadDir("migration")
+	if err != nil {
+		panic(err)
+	}
+	var b strings.Builder
+	for _, e := range entries { // ReadDir sorts by name: 001_, 002_, ...
+		b.WriteString(raw("migration/" + e.Name()))
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 // dollarTag returns a dollar-quote delimiter that does not occur in name, so
@@ -149,7 +168,8 @@ func (s *Store) Migrate(ctx context.Context, db interface {
 	}
 	// The schema of an unqualified name is known only now.
 	var schema, name string
-	if err := tx.QueryRow(ctx, s.resolve, s.Table.ident("")).Scan(&schema, &name); err != nil {
+	var current bool
+	if err := tx.QueryRow(ctx, s.resolve, s.Table.ident("")).Scan(&schema, &name, &current); err != nil {
 		return translate(err)
 	}
 	if err := checkChannel(schema, name); err != nil {
@@ -161,7 +181,8 @@ func (s *Store) Migrate(ctx context.Context, db interface {
 // Resolve checks that the table exists and returns its schema and name as
 // PostgreSQL resolved them. The notification channel is "schema.name".
 func (s *Store) Resolve(ctx context.Context, db DB) (schema, name string, err error) {
-	err = db.QueryRow(ctx, s.resolve, s.Table.ident("")).Scan(&schema, &name)
+	var current bool
+	err = db.QueryRow(ctx, s.resolve, s.Table.ident("")).Scan(&schema, &name, &current)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", "", ErrTableMissing
 	}
@@ -170,6 +191,9 @@ func (s *Store) Resolve(ctx context.Context, db DB) (schema, name string, err er
 	}
 	if err := checkChannel(schema, name); err != nil {
 		return "", "", err
+	}
+	if !current {
+		return "", "", ErrTableOutdated
 	}
 	return schema, name, nil
 }
@@ -184,6 +208,8 @@ type Row struct {
 	CreatedAt     time.Time
 	Attempts      int
 	LeaseVersion  int64
+	// Headers is the headers column as JSON text; empty when NULL.
+	Headers string
 }
 
 // ClaimParams are the inputs of Claim.
@@ -215,11 +241,15 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams, buf []Row) ([]R
 	for rows.Next() {
 		var r Row
 		var payload string
+		var headers *string
 		if err := rows.Scan(&r.ID, &r.AggregateType, &r.AggregateID, &r.EventType, &payload,
-			&r.CreatedAt, &r.Attempts, &r.LeaseVersion, &now); err != nil {
+			&r.CreatedAt, &r.Attempts, &r.LeaseVersion, &headers, &now); err != nil {
 			return nil, time.Time{}, translate(err)
 		}
 		r.Payload = []byte(payload)
+		if headers != nil {
+			r.Headers = *headers
+		}
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {

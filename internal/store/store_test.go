@@ -41,9 +41,9 @@ type msg struct{ agg, event string }
 // enqueue inserts msgs with the producer statement and returns their ids.
 func (b *testBundle) enqueue(t *testing.T, msgs ...msg) []int64 {
 	t.Helper()
-	args := make([]any, 0, 4*len(msgs))
+	args := make([]any, 0, store.InsertParams*len(msgs))
 	for _, m := range msgs {
-		args = append(args, "order", m.agg, m.event, `{"k":1}`)
+		args = append(args, "order", m.agg, m.event, `{"k":1}`, nil)
 	}
 	rows, err := b.pool.Query(t.Context(), b.st.InsertSQL(len(msgs)), args...)
 	require.NoError(t, err)
@@ -1008,7 +1008,7 @@ func hostileEndToEnd(t *testing.T, pool *pgxpool.Pool, schema, name, table strin
 	}()
 	require.NoError(t, st.Wait(ctx, pool, "w", time.Minute))
 
-	ins, err := pool.Query(ctx, st.InsertSQL(3), "o", "A", "e1", `{}`, "o", "A", "e2", `{}`, "o", "B", "e3", `{}`)
+	ins, err := pool.Query(ctx, st.InsertSQL(3), "o", "A", "e1", `{}`, nil, "o", "A", "e2", `{}`, nil, "o", "B", "e3", `{}`, nil)
 	require.NoError(t, err)
 	ids, err := pgx.CollectRows(ins, pgx.RowTo[int64])
 	require.NoError(t, err)
