@@ -400,6 +400,8 @@ func testMigrate(t *testing.T, bin string) {
 		{"lease_version", "bigint", "", "NO"},
 		{"last_error", "text", "", "YES"},
 		{"done_at", "timestamp with time zone", "", "YES"},
+		// Added by migration 002: producer headers (trace context).
+		{"headers", "jsonb", "", "YES"},
 	}, got)
 	defaults := map[string]string{}
 	for _, col := range cols {
@@ -840,7 +842,7 @@ func testBadInput(t *testing.T, bin string) {
 		{name: "UnreachableServerFromEnv", args: []string{"migrate", "--table", c.table}, env: envWith(unreachable), code: 1},
 		{name: "UnknownRoleWithPassword", args: append(slices.Clone(runDrain), "--dsn", wrongRole), code: 1, mention: "outboxd_no_such_role"},
 		{name: "UnknownSinkScheme", args: append(slices.Clone(runDrain), "--sink", "ftp://example.invalid/x"), code: 2, mention: "ftp"},
-		{name: "SinkNotAURL", args: append(slices.Clone(runDrain), "--sink", "stdout"), code: 2, mention: "--sink"},
+		{name: "SinkNotAURL", args: append(slices.Clone(runDrain), "--sink", "stdot"), code: 2, mention: "--sink"},
 		{name: "ZeroWorkers", args: append(slices.Clone(runDrain), "--workers", "0"), code: 2, mention: "--workers"},
 		{name: "NegativeBatch", args: append(slices.Clone(runDrain), "--batch", "-1"), code: 2, mention: "--batch"},
 		{name: "ZeroLease", args: append(slices.Clone(runDrain), "--lease", "0s"), code: 2, mention: "--lease"},
