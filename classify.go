@@ -67,6 +67,10 @@ func (d *Dispatcher) classify(j *job, err error) result {
 		floor = retryErr.After
 	case errors.Is(err, context.DeadlineExceeded):
 		msg = "publish timed out: " + msg
+	case errors.Is(err, context.Canceled):
+		// Cancelled by a heartbeat that found the lease lost; the fenced
+		// write that follows will be refused.
+		msg = "publish cancelled: " + msg
 	default:
 		msg = "unclassified: " + msg
 		d.log.Error("sink returned an unclassified error; treating it as retryable",

@@ -55,6 +55,18 @@ type Config struct {
 	// Defaults to 50ms.
 	FetchCooldown time.Duration
 
+	// HeartbeatInterval, when positive, turns on heartbeats: every interval
+	// the dispatcher extends the leases of the rows it holds (fenced on the
+	// lease version), so a publish may outlive the Lease, and a heartbeat
+	// that finds a lease lost cancels that publish. It must be at most a
+	// third of the Lease. Defaults to 0 (off): publishes must then end
+	// within half the lease.
+	HeartbeatInterval time.Duration
+
+	// Hook observes claims, finalizes and each message's outcome (for
+	// metrics). Defaults to none.
+	Hook Hook
+
 	// Lease is how long a claim owns a row. A row still processing after its
 	// lease expires may be claimed by another worker (with a new fencing
 	// token). Defaults to 60s.
@@ -153,8 +165,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("Lease must be at least 10ms, got %s", c.Lease)
 	case c.PublishTimeout <= 0:
 		return fmt.Errorf("PublishTimeout must be positive, got %s", c.PublishTimeout)
-	case c.PublishTimeout*2 > c.Lease:
-		return fmt.Errorf("PublishTimeout (%s) must be at most half the Lease (%s), so a publish ends while its lease still holds", c.PublishTimeout, c.Lease)
+	case c.HeartbeatInterval < 0:
+		return fmt.Errorf("HeartbeatInterval must not be negative, got %s", c.HeartbeatInterval)
+	case c.HeartbeatInterval > 0 && c.HeartbeatInterval*3 > c.Lease:
+		return fmt.Errorf("HeartbeatInterval (%s) must be at most a third of the Lease (%s), so a lease is extended before it runs out", c.HeartbeatInterval, c.Lease)
+	case c.HeartbeatInterval == 0 && c.PublishTimeout*2 > c.Lease:
+		return fmt.Errorf("PublishTimeout (%s) must be at most half the Lease (%s), so a publish ends while its lease still holds (or turn on heartbeats)", c.PublishTimeout, c.Lease)
 	case c.FetchCooldown < 0:
 		return fmt.Errorf("FetchCooldown must not be negative, got %s", c.FetchCooldown)
 	case c.PollInterval <= 0:

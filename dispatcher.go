@@ -31,10 +31,16 @@ type Dispatcher struct {
 	store *store.Store
 	log   *slog.Logger
 
+	hook      Hook
 	wake      chan struct{} // a notification arrived (capacity 1)
 	freed     chan struct{} // the completer finalized rows (capacity 1)
 	listening atomic.Bool
 	stats     counters
+
+	// flights are the claimed rows not yet finalized, for heartbeats; only
+	// kept when heartbeats are on.
+	flightsMu sync.Mutex
+	flights   map[int64]*job
 
 	mu      sync.Mutex
 	running bool
@@ -61,14 +67,20 @@ func NewDispatcher(pool *pgxpool.Pool, sink Sink, cfg *Config) (*Dispatcher, err
 	if err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
+	hook := c.Hook
+	if hook == nil {
+		hook = BaseHook{}
+	}
 	return &Dispatcher{
-		cfg:   c,
-		pool:  pool,
-		sink:  sink,
-		store: st,
-		log:   c.Logger.With(slog.String("component", "dispatcher"), slog.String("owner", c.Owner)),
-		wake:  make(chan struct{}, 1),
-		freed: make(chan struct{}, 1),
+		hook:    hook,
+		flights: map[int64]*job{},
+		cfg:     c,
+		pool:    pool,
+		sink:    sink,
+		store:   st,
+		log:     c.Logger.With(slog.String("component", "dispatcher"), slog.String("owner", c.Owner)),
+		wake:    make(chan struct{}, 1),
+		freed:   make(chan struct{}, 1),
 	}, nil
 }
 
@@ -136,12 +148,28 @@ func (d *Dispatcher) Stop() error {
 // job is one claimed row on its way through a worker.
 type job struct {
 	msg Message
-	// deadline is when this worker stops trusting its lease: the lease
-	// measured from before the claim was sent, less a tenth for safety, so
-	// local timing can only err on the early side of the database's clock.
-	deadline time.Time
-	// dbNow is the database's now() at claim time.
-	dbNow time.Time
+	// deadline (unix nanoseconds) is when this worker stops trusting its
+	// lease: the lease measured from before the claim (or the heartbeat
+	// that last extended it) was sent, less a tenth for safety, so local
+	// timing can only err on the early side of the database's clock.
+	deadline atomic.Int64
+	// dbNow is the database's now() at claim time; claimedAt the local
+	// monotonic time then. Together they date an outcome on the database's
+	// clock.
+	dbNow     time.Time
+	claimedAt time.Time
+	// publishDur is how long Publish took (set by the worker).
+	publishDur time.Duration
+	// cancel ends the publish when a heartbeat finds the lease lost
+	// (guarded by Dispatcher.flightsMu); lost tells a worker that has not
+	// started it yet.
+	cancel context.CancelCauseFunc
+	lost   atomic.Bool
+}
+
+func (j *job) setDeadline(t time.Time) { j.deadline.Store(t.UnixNano()) }
+func (j *job) untilDeadline() time.Duration {
+	return time.Until(time.Unix(0, j.deadline.Load()))
 }
 
 type result struct {
@@ -173,6 +201,17 @@ func (d *Dispatcher) run(ctx context.Context, drain bool) error {
 		}()
 	}
 
+	var beatWG sync.WaitGroup
+	beatCtx, stopBeating := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBeating()
+	if d.cfg.HeartbeatInterval > 0 {
+		beatWG.Add(1)
+		go func() {
+			defer beatWG.Done()
+			d.heartbeat(beatCtx)
+		}()
+	}
+
 	var workWG sync.WaitGroup
 	for range d.cfg.Workers {
 		workWG.Add(1)
@@ -196,6 +235,8 @@ func (d *Dispatcher) run(ctx context.Context, drain bool) error {
 	workWG.Wait()
 	close(results)
 	<-completed
+	stopBeating()
+	beatWG.Wait()
 	stopListening()
 	listenWG.Wait()
 	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -257,6 +298,7 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 		}, buf)
 		cancelClaim()
 		d.stats.claims.Add(1)
+		d.hook.OnClaim(ClaimEvent{Rows: len(rows), Duration: time.Since(start), Err: err})
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -276,17 +318,25 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 			d.stats.claimed.Add(int64(len(rows)))
 			inflight.Add(int64(len(rows)))
 			deadline := start.Add(d.cfg.Lease - d.cfg.Lease/10)
+			claimedAt := time.Now()
 			for i := range rows {
 				r := &rows[i]
-				jobs <- &job{
+				j := &job{
 					msg: Message{
 						ID: r.ID, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
 						EventType: r.EventType, Payload: r.Payload, CreatedAt: r.CreatedAt,
 						Attempt: r.Attempts, FencingToken: r.LeaseVersion, Headers: d.headers(r),
 					},
-					deadline: deadline,
-					dbNow:    dbNow,
+					dbNow:     dbNow,
+					claimedAt: claimedAt,
 				}
+				j.setDeadline(deadline)
+				if d.cfg.HeartbeatInterval > 0 {
+					d.flightsMu.Lock()
+					d.flights[j.msg.ID] = j
+					d.flightsMu.Unlock()
+				}
+				jobs <- j
 			}
 			buf = rows[:0]
 			continue
@@ -338,16 +388,30 @@ func (d *Dispatcher) work(ctx context.Context, jobs <-chan *job, results chan<- 
 			results <- d.release(j, "released at shutdown")
 			continue
 		}
-		timeout := min(d.cfg.PublishTimeout, time.Until(j.deadline))
-		if timeout <= 0 {
+		remaining := j.untilDeadline()
+		if remaining <= 0 || j.lost.Load() {
 			results <- d.release(j, "released unpublished: lease too close to expiry")
 			continue
 		}
+		timeout := d.cfg.PublishTimeout
+		if d.cfg.HeartbeatInterval == 0 {
+			// Without heartbeats the lease cannot grow: the publish must
+			// end inside it.
+			timeout = min(timeout, remaining)
+		}
 		// In-flight publishes finish on shutdown: their context is not
-		// cancelled with ctx, only bounded by the publish timeout.
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		// cancelled with ctx, only bounded by the publish timeout, or by a
+		// heartbeat that finds the lease lost.
+		cctx, cancelCause := context.WithCancelCause(context.WithoutCancel(ctx))
+		pctx, cancel := context.WithTimeout(cctx, timeout)
+		d.flightsMu.Lock()
+		j.cancel = cancelCause
+		d.flightsMu.Unlock()
+		started := time.Now()
 		err := d.publish(pctx, &j.msg)
+		j.publishDur = time.Since(started)
 		cancel()
+		cancelCause(nil)
 		results <- d.classify(j, err)
 	}
 }
@@ -411,6 +475,8 @@ func (d *Dispatcher) finalize(batch []result) {
 	}
 	var held []bool
 	var err error
+	start := time.Now()
+	defer d.forget(batch)
 	for attempt := range 3 {
 		// Finalize must not be cut short by shutdown: a publish that succeeded
 		// and is not recorded would be delivered again.
@@ -428,10 +494,26 @@ func (d *Dispatcher) finalize(batch []result) {
 		// The rows stay processing; their leases expire and they are
 		// claimed again. Delivery is at least once, never lost.
 		d.log.Error("giving up on finalize; rows will be re-claimed after their lease", slog.Int("rows", len(batch)))
+		d.hook.OnFinalize(FinalizeEvent{Rows: len(batch), Duration: time.Since(start), Err: err})
 		return
 	}
+	lost := 0
+	for _, h := range held {
+		if !h {
+			lost++
+		}
+	}
+	d.hook.OnFinalize(FinalizeEvent{Rows: len(batch), LeaseLost: lost, Duration: time.Since(start)})
 	for i := range batch {
 		r := &batch[i]
+		ev := SettleEvent{
+			Message: &r.job.msg, Outcome: r.kind.outcome(), PublishDuration: r.job.publishDur, Err: r.err,
+			Lag: r.job.dbNow.Add(time.Since(r.job.claimedAt)).Sub(r.job.msg.CreatedAt),
+		}
+		if !held[i] {
+			ev.Outcome = OutcomeLeaseLost
+		}
+		d.hook.OnSettle(ev)
 		if !held[i] {
 			d.stats.leaseLost.Add(1)
 			d.log.Warn("lost lease: finalize fenced off",
@@ -478,4 +560,76 @@ func (d *Dispatcher) headers(r *store.Row) map[string]string {
 		}
 	}
 	return out
+}
+
+// forget drops finalized rows from the heartbeat registry.
+func (d *Dispatcher) forget(batch []result) {
+	if d.cfg.HeartbeatInterval == 0 {
+		return
+	}
+	d.flightsMu.Lock()
+	for i := range batch {
+		delete(d.flights, batch[i].job.msg.ID)
+	}
+	d.flightsMu.Unlock()
+}
+
+// heartbeat extends, every HeartbeatInterval, the leases of every row this
+// dispatcher holds, fenced on the lease version. A lease found lost cancels
+// its publish; so does a lease whose deadline passes while heartbeats fail
+// (the database is unreachable), since another worker may then take it.
+func (d *Dispatcher) heartbeat(ctx context.Context) {
+	t := time.NewTicker(d.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		d.flightsMu.Lock()
+		held := make([]*job, 0, len(d.flights))
+		for _, j := range d.flights {
+			held = append(held, j)
+		}
+		d.flightsMu.Unlock()
+		if len(held) == 0 {
+			continue
+		}
+		leases := make([]store.Lease, len(held))
+		for i, j := range held {
+			leases[i] = store.Lease{ID: j.msg.ID, Version: j.msg.FencingToken}
+		}
+		start := time.Now()
+		hctx, cancel := context.WithTimeout(ctx, d.cfg.HeartbeatInterval)
+		extended, err := d.store.Heartbeat(hctx, d.pool, d.cfg.Owner, leases, d.cfg.Lease)
+		cancel()
+		d.stats.heartbeats.Add(1)
+		lost := 0
+		for _, j := range held {
+			switch {
+			case err == nil && extended[j.msg.ID]:
+				j.setDeadline(start.Add(d.cfg.Lease - d.cfg.Lease/10))
+			case err == nil, j.untilDeadline() <= 0:
+				lost++
+				d.cancelFlight(j)
+			}
+		}
+		if err != nil {
+			d.log.Warn("heartbeat failed; publishes past their lease will be cancelled", slog.Any("error", err))
+		}
+		d.hook.OnHeartbeat(HeartbeatEvent{Rows: len(held), LeaseLost: lost, Duration: time.Since(start), Err: err})
+	}
+}
+
+func (d *Dispatcher) cancelFlight(j *job) {
+	j.lost.Store(true)
+	d.flightsMu.Lock()
+	cancel := j.cancel
+	d.flightsMu.Unlock()
+	if cancel != nil {
+		cancel(ErrLeaseLost)
+	}
+	d.log.Warn("lease lost during publish; cancelling it",
+		slog.Int64("outbox_id", j.msg.ID), slog.Int64("lease_version", j.msg.FencingToken))
 }

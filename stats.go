@@ -21,12 +21,14 @@ type Stats struct {
 	LeaseLost int64
 	// Wakeups counts notifications received.
 	Wakeups int64
+	// Heartbeats counts lease-extending heartbeat statements.
+	Heartbeats int64
 }
 
 type counters struct {
 	claims, finalizes, claimed              atomic.Int64
 	done, retried, deferred, dead, released atomic.Int64
-	leaseLost, wakeups                      atomic.Int64
+	leaseLost, wakeups, heartbeats          atomic.Int64
 }
 
 func (c *counters) count(k outcomeKind) {
@@ -51,6 +53,6 @@ func (d *Dispatcher) Stats() Stats {
 		Claims: c.claims.Load(), Finalizes: c.finalizes.Load(), Claimed: c.claimed.Load(),
 		Done: c.done.Load(), Retried: c.retried.Load(), Deferred: c.deferred.Load(),
 		Dead: c.dead.Load(), Released: c.released.Load(), LeaseLost: c.leaseLost.Load(),
-		Wakeups: c.wakeups.Load(),
+		Wakeups: c.wakeups.Load(), Heartbeats: c.heartbeats.Load(),
 	}
 }

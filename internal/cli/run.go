@@ -19,6 +19,7 @@ type runFlags struct {
 	workers, batch, maxAttempts                  int
 	lease, pollInterval, publishTimeout          time.Duration
 	retryBase, retryCap, deferDelay, deferMaxAge time.Duration
+	heartbeat                                    time.Duration
 	ordered, noNotify                            bool
 	owner                                        string
 }
@@ -44,6 +45,7 @@ func (r *runFlags) register(fs *flag.FlagSet, defaultSink string) {
 		{&r.retryCap, "retry-cap", outbox.RetryCapDefault, "backoff cap"},
 		{&r.deferDelay, "defer-delay", outbox.DeferDelayDefault, "delay of a defer that names none (HTTP 425 without Retry-After)"},
 		{&r.deferMaxAge, "defer-max-age", outbox.DeferMaxAgeDefault, "a deferred message older than this goes dead; 0 = no limit"},
+		{&r.heartbeat, "heartbeat", 0, "extend held leases this often (at most lease/3), so publishes may outlive the lease; 0 = off"},
 	} {
 		*d.p = d.def
 		fs.Var(&durationFlag{d: d.p}, d.name, d.use)
@@ -68,6 +70,9 @@ func (r *runFlags) config(table string, logger *slog.Logger) (*outbox.Config, er
 			return nil, usagef("%s must be positive, got %s", v.name, v.d)
 		}
 	}
+	if r.heartbeat < 0 {
+		return nil, usagef("--heartbeat must not be negative")
+	}
 	if r.deferMaxAge < 0 {
 		return nil, usagef("--defer-max-age must not be negative")
 	}
@@ -79,7 +84,7 @@ func (r *runFlags) config(table string, logger *slog.Logger) (*outbox.Config, er
 		Table: table, Owner: r.owner, Workers: r.workers, BatchSize: r.batch, MaxAttempts: r.maxAttempts,
 		Lease: r.lease, PollInterval: r.pollInterval, PublishTimeout: r.publishTimeout,
 		RetryBase: r.retryBase, RetryCap: r.retryCap, DeferDelay: r.deferDelay, DeferMaxAge: maxAge,
-		Ordered: r.ordered, DisableNotify: r.noNotify, Logger: logger,
+		Ordered: r.ordered, DisableNotify: r.noNotify, Logger: logger, HeartbeatInterval: r.heartbeat,
 	}
 	if err := cfg.WithDefaults().Validate(); err != nil {
 		return nil, usagef("%s", flagNames(err.Error()))
@@ -94,7 +99,7 @@ func flagNames(msg string) string {
 		"PublishTimeout": "--publish-timeout", "Lease": "--lease", "RetryCap": "--retry-cap",
 		"RetryBase": "--retry-base", "BatchSize": "--batch", "Workers": "--workers",
 		"MaxAttempts": "--max-attempts", "PollInterval": "--poll-interval", "DeferMaxAge": "--defer-max-age",
-		"DeferDelay": "--defer-delay", "Owner": "--owner",
+		"DeferDelay": "--defer-delay", "Owner": "--owner", "HeartbeatInterval": "--heartbeat",
 	} {
 		msg = replaceWord(msg, field, flag)
 	}

@@ -40,7 +40,7 @@ type Store struct {
 	claim, claimOrdered, finalize, resolve, wait, unwait      string
 	status, deadList, deadRetry, deadSkip, purge, undelivered string
 	migrate                                                   string
-	types                                                     string
+	types, heartbeat                                          string
 	seed                                                      SeedStatements
 }
 
@@ -87,6 +87,7 @@ func New(table string) (*Store, error) {
 		purge:        load("sql/purge.sql"),
 		undelivered:  load("sql/undelivered.sql"),
 		types:        load("sql/undelivered_types.sql"),
+		heartbeat:    load("sql/heartbeat.sql"),
 		migrate:      r.Replace(migrate),
 		seed: SeedStatements{
 			Reap:  load("sql/seed_reap.sql"),
@@ -334,6 +335,31 @@ func (s *Store) Undelivered(ctx context.Context, db DB, ordered bool) (bool, err
 	var any bool
 	err := db.QueryRow(ctx, s.undelivered, ordered).Scan(&any)
 	return any, translate(err)
+}
+
+// Lease names a lease this owner holds: a row and its fencing token.
+type Lease struct {
+	ID, Version int64
+}
+
+// Heartbeat extends the leases to now() + lease where they still hold, in
+// one statement, and returns the set of ids whose lease was extended.
+func (s *Store) Heartbeat(ctx context.Context, db DB, owner string, leases []Lease, lease time.Duration) (map[int64]bool, error) {
+	ids := make([]int64, len(leases))
+	versions := make([]int64, len(leases))
+	for i, l := range leases {
+		ids[i], versions[i] = l.ID, l.Version
+	}
+	rows, err := db.Query(ctx, s.heartbeat, owner, ids, versions, lease.Microseconds())
+	if err != nil {
+		return nil, translate(err)
+	}
+	held := make(map[int64]bool, len(leases))
+	var id int64
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { held[id] = true; return nil }); err != nil {
+		return nil, translate(err)
+	}
+	return held, nil
 }
 
 // Wait records that owner is idle and listening for the next d; inserts

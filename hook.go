@@ -1,0 +1,85 @@
+package outbox
+
+import "time"
+
+// Hook observes a dispatcher: claims, finalizes and the outcome of every
+// message. It is how metrics systems are fed without this package importing
+// any (see the metrics package for Prometheus). Methods are called from the
+// dispatcher's goroutines, concurrently, on the hot path: they must be safe
+// for concurrent use and return quickly. Embed [BaseHook] to implement only
+// some methods and stay compatible when methods are added.
+type Hook interface {
+	// OnClaim follows every claim statement.
+	OnClaim(ClaimEvent)
+	// OnFinalize follows every finalize statement.
+	OnFinalize(FinalizeEvent)
+	// OnSettle reports each message's outcome once its fenced write has
+	// been attempted: Outcome is OutcomeLeaseLost when the fence did not hold.
+	OnSettle(SettleEvent)
+	// OnHeartbeat follows every lease-extending heartbeat statement.
+	OnHeartbeat(HeartbeatEvent)
+}
+
+// BaseHook implements [Hook] with methods that do nothing.
+type BaseHook struct{}
+
+func (BaseHook) OnClaim(ClaimEvent)         {}
+func (BaseHook) OnFinalize(FinalizeEvent)   {}
+func (BaseHook) OnSettle(SettleEvent)       {}
+func (BaseHook) OnHeartbeat(HeartbeatEvent) {}
+
+// ClaimEvent describes one claim statement.
+type ClaimEvent struct {
+	Rows     int
+	Duration time.Duration
+	Err      error
+}
+
+// FinalizeEvent describes one finalize statement.
+type FinalizeEvent struct {
+	// Rows is how many outcomes the statement carried; LeaseLost how many of
+	// them were fenced off.
+	Rows, LeaseLost int
+	Duration        time.Duration
+	Err             error
+}
+
+// HeartbeatEvent describes one heartbeat statement.
+type HeartbeatEvent struct {
+	// Rows is how many leases it tried to extend; LeaseLost how many were
+	// already lost (their publishes are cancelled).
+	Rows, LeaseLost int
+	Duration        time.Duration
+	Err             error
+}
+
+// Outcome is what became of one claimed message.
+type Outcome string
+
+// Outcomes.
+const (
+	OutcomeDone      Outcome = "done"
+	OutcomeRetry     Outcome = "retry"
+	OutcomeDefer     Outcome = "defer"
+	OutcomeDead      Outcome = "dead"
+	OutcomeReleased  Outcome = "released"
+	OutcomeLeaseLost Outcome = "lease_lost"
+)
+
+// SettleEvent describes one message's outcome.
+type SettleEvent struct {
+	Message *Message
+	Outcome Outcome
+	// PublishDuration is how long Publish took; zero if it was not called
+	// (a released message).
+	PublishDuration time.Duration
+	// Lag is the time from created_at to this outcome, on the database's
+	// clock: the delivery lag for a done message.
+	Lag time.Duration
+	// Err is the publish error, if any.
+	Err error
+}
+
+func (k outcomeKind) outcome() Outcome {
+	return [...]Outcome{OutcomeDone, OutcomeRetry, OutcomeDefer, OutcomeDead, OutcomeReleased}[k]
+}
