@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -198,4 +199,31 @@ func (a *Admin) UndeliveredTypes(ctx context.Context) ([][2]string, error) {
 		return nil, fmt.Errorf("outbox: undelivered types: %w", err)
 	}
 	return types, nil
+}
+
+// RunRetention deletes done messages older than olderThan, in bounded
+// batches, every interval until ctx ends (the first pass runs at once).
+// Several replicas may run it together: their batches skip each other's rows.
+// Errors are logged and retried at the next interval.
+func (a *Admin) RunRetention(ctx context.Context, olderThan, every time.Duration, logger *slog.Logger) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := a.Purge(ctx, olderThan, nil)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			logger.Error("retention purge failed", slog.Any("error", err))
+		case n > 0:
+			logger.Info("retention purge", slog.Int64("deleted", n), slog.Duration("older_than", olderThan))
+		}
+		t.Reset(every)
+	}
 }

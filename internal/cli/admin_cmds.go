@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -103,21 +105,33 @@ func runEnqueue(ctx context.Context, e *env, args []string) error {
 
 func runStatus(ctx context.Context, e *env, args []string) error {
 	var db dbFlags
-	var asJSON bool
-	fs := newFlagSet(e, "status", "status [--json]")
+	var asJSON, watch bool
+	var interval time.Duration
+	fs := newFlagSet(e, "status", "status [--json] [--watch [--interval DUR]]")
 	db.register(fs)
 	fs.BoolVar(&asJSON, "json", false, "print JSON (stable shape)")
+	fs.BoolVar(&watch, "watch", false, "refresh a compact view until interrupted")
+	durVar(fs, &interval, "interval", 2*time.Second, "refresh interval with --watch")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := noArgs(fs); err != nil {
 		return err
 	}
+	if watch && asJSON {
+		return usagef("status: --watch and --json do not mix")
+	}
+	if interval <= 0 {
+		return usagef("--interval must be positive")
+	}
 	a, pool, err := db.admin(ctx, e)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	if watch {
+		return watchStatus(ctx, e, a, db.table, interval)
+	}
 	st, err := a.Status(ctx)
 	if err != nil {
 		return cleanErr(err)
@@ -152,23 +166,75 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	return w.Flush()
 }
 
+// watchStatus redraws a compact status view every interval until ctx ends.
+// On a terminal it redraws in place; otherwise it prints one frame after
+// another.
+func watchStatus(ctx context.Context, e *env, a *outbox.Admin, table string, interval time.Duration) error {
+	tty := false
+	if f, ok := e.stdout.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			tty = true
+		}
+	}
+	var lastDone int64 = -1
+	var lastAt time.Time
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		st, err := a.Status(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return cleanErr(err)
+		}
+		now := time.Now()
+		if tty {
+			fmt.Fprint(e.stdout, "\033[H\033[2J")
+		}
+		fmt.Fprintf(e.stdout, "outboxd status  %s  %s  (every %s; Ctrl-C stops)\n", table, now.Format("15:04:05"), interval)
+		age := "-"
+		if st.OldestPendingAgeSeconds != nil {
+			age = time.Duration(*st.OldestPendingAgeSeconds * float64(time.Second)).Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(e.stdout, "pending %d  processing %d  done %d  dead %d\n",
+			st.Counts["pending"], st.Counts["processing"], st.Counts["done"], st.Counts["dead"])
+		rate := "-"
+		if lastDone >= 0 {
+			rate = fmt.Sprintf("%.1f/s", float64(st.Counts["done"]-lastDone)/now.Sub(lastAt).Seconds())
+		}
+		fmt.Fprintf(e.stdout, "oldest undelivered %s  expired leases %d  done rate %s\n", age, st.ExpiredLeases, rate)
+		if !tty {
+			fmt.Fprintln(e.stdout)
+		}
+		lastDone, lastAt = st.Counts["done"], now
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
 func runDead(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprintln(e.stdout, "Usage: outboxd dead list [--json] [--limit N] [--after ID] | dead retry --all|ID... | dead skip ID...")
+			fmt.Fprintln(e.stdout, "Usage: outboxd dead list [--json] [--limit N] [--after ID] | dead show ID [--json] | dead retry --all|ID... | dead skip ID...")
 			return nil
 		}
-		return usagef("dead: want a subcommand: list, retry or skip")
+		return usagef("dead: want a subcommand: list, show, retry or skip")
 	}
 	switch args[0] {
 	case "list":
 		return runDeadList(ctx, e, args[1:])
+	case "show":
+		return runDeadShow(ctx, e, args[1:])
 	case "retry":
 		return runDeadMove(ctx, e, "retry", args[1:])
 	case "skip":
 		return runDeadMove(ctx, e, "skip", args[1:])
 	default:
-		return usagef("dead: unknown subcommand %q (want list, retry or skip)", args[0])
+		return usagef("dead: unknown subcommand %q (want list, show, retry or skip)", args[0])
 	}
 }
 
@@ -219,6 +285,65 @@ func runDeadList(ctx context.Context, e *env, args []string) error {
 			d.Attempts, d.CreatedAt.UTC().Format(time.RFC3339), oneLine(d.LastError, 80))
 	}
 	return w.Flush()
+}
+
+func runDeadShow(ctx context.Context, e *env, args []string) error {
+	var db dbFlags
+	var asJSON bool
+	fs := newFlagSet(e, "dead show", "dead show ID [--json]")
+	db.register(fs)
+	fs.BoolVar(&asJSON, "json", false, "print JSON (the dead list --json element)")
+	// The id may come before or after the flags.
+	var pos []string
+	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		pos, args = append(pos, args[0]), args[1:]
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	pos = append(pos, fs.Args()...)
+	if len(pos) != 1 {
+		return usagef("dead show: want exactly one message id")
+	}
+	ids, err := parseIDs(pos)
+	if err != nil {
+		return err
+	}
+	a, pool, err := db.admin(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	found, err := a.DeadList(ctx, ids[0]-1, 1)
+	if err != nil {
+		return cleanErr(err)
+	}
+	if len(found) == 0 || found[0].ID != ids[0] {
+		return fmt.Errorf("message %d is not dead (or does not exist)", ids[0])
+	}
+	d := found[0]
+	if asJSON {
+		return writeJSON(e.stdout, d)
+	}
+	var payload bytes.Buffer
+	if json.Indent(&payload, d.Payload, "  ", "  ") != nil {
+		payload.Reset()
+		payload.Write(d.Payload)
+	}
+	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "id\t%d\n", d.ID)
+	fmt.Fprintf(w, "aggregate\t%s / %s\n", d.AggregateType, d.AggregateID)
+	fmt.Fprintf(w, "event type\t%s\n", d.EventType)
+	fmt.Fprintf(w, "created at\t%s\n", d.CreatedAt.UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(w, "attempts\t%d\n", d.Attempts)
+	fmt.Fprintf(w, "lease version\t%d\n", d.LeaseVersion)
+	fmt.Fprintf(w, "last error\t%s\n", d.LastError)
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "payload\n  %s\n", payload.String())
+	fmt.Fprintf(e.stdout, "\nretry with `outboxd dead retry %d`, or skip it with `outboxd dead skip %d`\n", d.ID, d.ID)
+	return nil
 }
 
 func runDeadMove(ctx context.Context, e *env, verb string, args []string) error {

@@ -128,6 +128,7 @@ func isIdent(b byte) bool {
 // runSetup holds the options run and config check share, and where each
 // effective value came from.
 type runSetup struct {
+	retention  time.Duration
 	db         dbFlags
 	rf         runFlags
 	lf         logFlags
@@ -145,6 +146,7 @@ func newRunSetup(e *env, name, synopsis string) *runSetup {
 	s.rf.register(s.fs, "stdout:")
 	s.lf.register(s.fs)
 	s.fs.BoolVar(&s.drain, "drain", false, "exit 0 once nothing is pending or processing")
+	durVar(s.fs, &s.retention, "retention", 0, "purge done rows older than this in the background (e.g. 7d); 0 = keep them")
 	s.fs.StringVar(&s.configPath, "config", "", "YAML config file (default $OUTBOXD_CONFIG); flags and OUTBOXD_* variables override it")
 	s.fs.Var(&s.routes, "route", "route FILTER[,FILTER]=URL, e.g. event_type=Order*=http://orders/hook (repeatable; replaces the file's routes)")
 	return s
@@ -287,6 +289,13 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	}
 	stopProgress := logProgress(ctx, logger, d, 10*time.Second)
 	defer stopProgress()
+	if s.retention < 0 {
+		return usagef("--retention must not be negative")
+	}
+	if s.retention > 0 {
+		stopRetention := runRetention(ctx, pool, s.db.table, s.retention, logger)
+		defer stopRetention()
+	}
 	if s.drain {
 		err = d.Drain(ctx)
 	} else {
@@ -351,6 +360,24 @@ func logProgress(ctx context.Context, logger *slog.Logger, d *outbox.Dispatcher,
 				slog.Int64("dead", st.Dead), slog.Int64("lease_lost", st.LeaseLost), slog.Float64("done_per_second", rate))
 			last = st
 		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// runRetention purges done rows older than keep in the background, checking
+// every tenth of the retention period (at least a minute apart, at most an
+// hour).
+func runRetention(ctx context.Context, pool *pgxpool.Pool, table string, keep time.Duration, logger *slog.Logger) func() {
+	admin, err := outbox.NewAdmin(pool, table)
+	if err != nil {
+		return func() {}
+	}
+	every := min(max(keep/10, time.Minute), time.Hour)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		admin.RunRetention(ctx, keep, every, logger)
 	}()
 	return func() { cancel(); <-done }
 }

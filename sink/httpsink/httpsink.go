@@ -13,6 +13,10 @@
 //   - Timeouts, connection errors and a cancelled context: [outbox.Retryable].
 //   - Anything else, 3xx included (redirects are never followed): a
 //     [outbox.Permanent] error carrying the status and a body excerpt.
+//
+// With [Options.Secrets] set, every request is also signed as Standard
+// Webhooks defines (webhook-id, webhook-timestamp, webhook-signature; see
+// package [webhook]), so the receiver can check it with [webhook.Verifier].
 package httpsink
 
 import (
@@ -31,6 +35,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/webhook"
 )
 
 // Defaults for [Options] fields and the transport built when
@@ -68,13 +73,22 @@ type Options struct {
 	DeferDelay time.Duration
 	// Headers are extra static headers sent with every request (an
 	// Authorization token, a tenant id). They cannot replace the headers the
-	// sink sets itself (Content-Type, Idempotency-Key, ce-*, Outbox-*).
-	// Defaults to none.
+	// sink sets itself (Content-Type, Idempotency-Key, ce-*, Outbox-*, and
+	// webhook-* when Secrets is set). Defaults to none.
 	Headers http.Header
 	// MaxErrorBody is how many bytes of a failed response's body are kept in
 	// the returned error. Defaults to MaxErrorBodyDefault; negative keeps
 	// none.
 	MaxErrorBody int
+	// Secrets sign every request as Standard Webhooks defines: each is
+	// "whsec_" and the base64 of a 24 to 64 byte key, and each adds one
+	// signature to the webhook-signature header, so listing the new secret
+	// and the old one rotates the key without downtime. The webhook-id is
+	// the message ID and the webhook-timestamp the time of sending. A
+	// secret never appears in an error; none may be put in the URL, which
+	// New rejects, since URLs end up in logs and proxies. Defaults to none:
+	// requests are not signed.
+	Secrets []string
 }
 
 // Sink is an [outbox.Sink] that POSTs each message to one URL. It is safe for
@@ -89,8 +103,10 @@ type Sink struct {
 	// certainly does, so neither goes into last_error or logs.
 	origin       string
 	ownTransport *http.Transport
-	url          string
-	user         *url.Userinfo
+	// signer is nil when requests are not signed.
+	signer *webhook.Signer
+	url    string
+	user   *url.Userinfo
 }
 
 var _ outbox.Sink = (*Sink)(nil)
@@ -101,6 +117,10 @@ var _ outbox.Sink = (*Sink)(nil)
 func New(rawURL string, opts *Options) (*Sink, error) {
 	if opts == nil {
 		opts = &Options{}
+	}
+	// Checked on the raw text, before parsing can fail and quote it.
+	if strings.Contains(strings.ToLower(rawURL), strings.ToLower(webhook.SecretPrefix)) {
+		return nil, errors.New("httpsink: the URL holds a " + webhook.SecretPrefix + " signing secret; pass it in Options.Secrets, which keeps it out of URLs and logs")
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -128,6 +148,12 @@ func New(rawURL string, opts *Options) (*Sink, error) {
 	}
 	if s.maxErrorBody == 0 {
 		s.maxErrorBody = MaxErrorBodyDefault
+	}
+	if len(opts.Secrets) > 0 {
+		// webhook's errors name a bad secret by position, never by value.
+		if s.signer, err = webhook.NewSigner(opts.Secrets...); err != nil {
+			return nil, fmt.Errorf("httpsink: Secrets: %w", err)
+		}
 	}
 	// The password travels only in the Authorization header, so no error
 	// built from the request URL (by net/http or by us) can carry it.
@@ -189,6 +215,11 @@ func (s *Sink) Publish(ctx context.Context, msg *outbox.Message) error {
 	h.Set("Ce-Time", msg.CreatedAt.UTC().Format(time.RFC3339Nano))
 	h.Set("Outbox-Fencing-Token", strconv.FormatInt(msg.FencingToken, 10))
 	h.Set("Outbox-Attempt", strconv.Itoa(msg.Attempt))
+	if s.signer != nil {
+		// Signed at send time, not at CreatedAt: the receiver's replay
+		// window would otherwise reject every retry of an old message.
+		s.signer.SetHeaders(h, id, time.Now(), msg.Payload)
+	}
 
 	resp, err := s.client.Do(req)
 	if err != nil {

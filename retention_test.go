@@ -1,0 +1,35 @@
+package outbox_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestRunRetention(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.enqueueN(t, 5, "a")
+	b.exec(t, "UPDATE "+b.quoted+" SET status = 'done', done_at = now() - interval '10 days' WHERE id = ANY($1)", ids[:3])
+	b.exec(t, "UPDATE "+b.quoted+" SET status = 'done', done_at = now() WHERE id = $1", ids[3])
+	ctx, cancel := context.WithCancel(t.Context())
+	// Two purgers at once, as two replicas would run them.
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.admin.RunRetention(ctx, 7*24*time.Hour, 20*time.Millisecond, quietLogger())
+		}()
+	}
+	eventually(t, func() bool { return b.tryCount("done") == 1 })
+	// Rows that turn old later are purged on a later pass.
+	b.exec(t, "UPDATE "+b.quoted+" SET done_at = now() - interval '8 days' WHERE id = $1", ids[3])
+	eventually(t, func() bool { return b.tryCount("done") == 0 })
+	cancel()
+	wg.Wait()
+	require.Equal(t, 1, b.countStatus(t, "pending"), "retention touches only done rows")
+}
