@@ -67,7 +67,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	if _, err := o.rf.config("bench.outbox", logger); err != nil {
 		return err
 	}
-	sink, err := openSink(o.rf.sink, io.Discard)
+	sink, err := openSink(o.rf.sink, &sinkEnv{stdout: io.Discard, logger: logger})
 	if err != nil {
 		return err
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net/url"
-	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -93,13 +91,6 @@ func patterns(p []string) string {
 
 // checkSinkURL validates a sink URL without connecting anywhere.
 func checkSinkURL(raw string) error {
-	raw = bareScheme(raw)
-	u, err := url.Parse(raw)
-	if err != nil || u.Scheme == "" {
-		return usagef("sink %q is not a URL (supported schemes: %s)", redactURL(raw), strings.Join(sinkSchemes, ", "))
-	}
-	if !slices.Contains(sinkSchemes, strings.ToLower(u.Scheme)) {
-		return usagef("unknown sink scheme %q (supported: %s)", u.Scheme, strings.Join(sinkSchemes, ", "))
-	}
-	return nil
+	_, err := parseSinkURL(raw)
+	return err
 }

@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -8,8 +9,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outbox/webhook"
 )
 
 func TestConfigAndRoutes(t *testing.T) {
@@ -113,4 +117,48 @@ func TestConfigAndRoutes(t *testing.T) {
 		requireFailure(t, c.run(t, "run", "--table", c.table, "--route", "nosink"), 2)
 		requireFailure(t, c.run(t, "run", "--table", c.table, "--route", "colour=red=stdout"), 2)
 	})
+}
+
+func TestSignedWebhooksFromEnvironment(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	c := newCLI(t, bin)
+	c.migrate(t)
+	const whsec = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	var mu sync.Mutex
+	var verified, rejected int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		err := webhook.Verify([]string{whsec}, r.Header, body, 0, time.Time{})
+		mu.Lock()
+		if err == nil {
+			verified++
+		} else {
+			rejected++
+		}
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	c.enqueue(t, "a", `{"n":1}`)
+	c.enqueue(t, "b", `{"n":2}`)
+	env := append(append([]string(nil), c.env...), "OUTBOXD_WEBHOOK_SECRET="+whsec)
+	r := runBin(t, bin, env, nil, "run", "--table", c.table, "--drain", "--sink", srv.URL, "--log-level", "debug")
+	requireOK(t, r)
+	require.NotContains(t, r.stdout+r.stderr, "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	mu.Lock()
+	require.Equal(t, 2, verified)
+	require.Zero(t, rejected)
+	mu.Unlock()
+
+	r = runBin(t, bin, env, nil, "config", "check", "--sink", srv.URL)
+	requireOK(t, r)
+	require.NotContains(t, r.stdout, "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	require.Contains(t, r.stdout, "webhook-secret")
+
+	// A malformed secret is a configuration error, reported without echoing it.
+	bad := append(append([]string(nil), c.env...), "OUTBOXD_WEBHOOK_SECRET=whsec_not-base64-"+secret)
+	r = runBin(t, bin, bad, nil, "run", "--table", c.table, "--drain", "--sink", srv.URL)
+	requireFailure(t, r, 2)
+	require.NotContains(t, r.stderr, secret)
 }

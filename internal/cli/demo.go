@@ -62,7 +62,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	sink, err := openSink(sinkURL, e.stdout)
+	sink, err := openSink(sinkURL, &sinkEnv{stdout: e.stdout, logger: logger})
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"flag"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -128,6 +129,7 @@ func isIdent(b byte) bool {
 // runSetup holds the options run and config check share, and where each
 // effective value came from.
 type runSetup struct {
+	secrets    secretFlags
 	retention  time.Duration
 	db         dbFlags
 	rf         runFlags
@@ -146,6 +148,7 @@ func newRunSetup(e *env, name, synopsis string) *runSetup {
 	s.rf.register(s.fs, "stdout:")
 	s.lf.register(s.fs)
 	s.fs.BoolVar(&s.drain, "drain", false, "exit 0 once nothing is pending or processing")
+	s.fs.Var(&s.secrets, "webhook-secret", "sign webhooks (Standard Webhooks) with this whsec_ secret; repeat or comma-separate to rotate keys, newest first (prefer $OUTBOXD_WEBHOOK_SECRET)")
 	durVar(s.fs, &s.retention, "retention", 0, "purge done rows older than this in the background (e.g. 7d); 0 = keep them")
 	s.fs.StringVar(&s.configPath, "config", "", "YAML config file (default $OUTBOXD_CONFIG); flags and OUTBOXD_* variables override it")
 	s.fs.Var(&s.routes, "route", "route FILTER[,FILTER]=URL, e.g. event_type=Order*=http://orders/hook (repeatable; replaces the file's routes)")
@@ -203,10 +206,11 @@ func (s *runSetup) hasDefaultSink() bool {
 
 // openSinks builds the sink the configuration describes: the --sink URL
 // alone, or a router over the routes with --sink as its default.
-func (s *runSetup) openSinks(e *env) (outbox.Sink, *route.Router, error) {
+func (s *runSetup) openSinks(e *env, logger *slog.Logger) (outbox.Sink, *route.Router, error) {
+	se := &sinkEnv{stdout: e.stdout, secrets: s.secrets, logger: logger}
 	routes := s.allRoutes()
 	if len(routes) == 0 {
-		sink, err := openSink(s.rf.sink, e.stdout)
+		sink, err := openSink(s.rf.sink, se)
 		return sink, nil, err
 	}
 	opened := map[string]outbox.Sink{}
@@ -220,7 +224,7 @@ func (s *runSetup) openSinks(e *env) (outbox.Sink, *route.Router, error) {
 		if sk, ok := opened[u]; ok {
 			return sk, nil
 		}
-		sk, err := openSink(u, e.stdout)
+		sk, err := openSink(u, se)
 		if err != nil {
 			return nil, err
 		}
@@ -267,7 +271,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	sink, router, err := s.openSinks(e)
+	sink, router, err := s.openSinks(e, logger)
 	if err != nil {
 		return err
 	}
@@ -380,4 +384,24 @@ func runRetention(ctx context.Context, pool *pgxpool.Pool, table string, keep ti
 		admin.RunRetention(ctx, keep, every, logger)
 	}()
 	return func() { cancel(); <-done }
+}
+
+// secretFlags collects webhook secrets from repeated or comma-separated
+// values. Its String never shows them.
+type secretFlags []string
+
+func (s *secretFlags) String() string {
+	if s == nil || len(*s) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d secret(s)", len(*s))
+}
+
+func (s *secretFlags) Set(v string) error {
+	for _, part := range strings.Split(v, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			*s = append(*s, part)
+		}
+	}
+	return nil
 }

@@ -3,7 +3,10 @@ package cli
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net/url"
+	"slices"
+	"sort"
 	"strings"
 
 	"github.com/outboxd/outbox"
@@ -11,34 +14,61 @@ import (
 	"github.com/outboxd/outbox/sink/stdoutsink"
 )
 
-// sinkSchemes lists the --sink URL schemes, for help and errors.
-var sinkSchemes = []string{"stdout", "http", "https", "null"}
+// sinkEnv is what sink constructors may need besides the URL.
+type sinkEnv struct {
+	stdout  io.Writer
+	secrets []string // webhook signing secrets (whsec_...)
+	logger  *slog.Logger
+}
 
-// openSink builds the sink a --sink URL names.
-//
-//	stdout:               JSON lines on standard output (the default)
-//	http://... https://... webhook POST per message
-//	null:                 accept and discard (benchmarks)
-func openSink(rawURL string, stdout io.Writer) (outbox.Sink, error) {
+// sinkFactories maps a --sink URL scheme to its constructor. Each sink
+// documents its URL form in its package README.
+var sinkFactories = map[string]func(rawURL string, se *sinkEnv) (outbox.Sink, error){
+	"stdout": func(_ string, se *sinkEnv) (outbox.Sink, error) { return stdoutsink.New(se.stdout), nil },
+	"null":   func(string, *sinkEnv) (outbox.Sink, error) { return nullSink(), nil },
+	"http":   newHTTPSink,
+	"https":  newHTTPSink,
+}
+
+func newHTTPSink(rawURL string, se *sinkEnv) (outbox.Sink, error) {
+	return httpsink.New(rawURL, &httpsink.Options{Secrets: se.secrets})
+}
+
+// sinkSchemes lists the --sink URL schemes, for help and errors.
+func sinkSchemes() []string {
+	out := make([]string, 0, len(sinkFactories))
+	for k := range sinkFactories {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// parseSinkURL checks a --sink URL's form and returns its scheme.
+func parseSinkURL(rawURL string) (string, error) {
 	rawURL = bareScheme(rawURL)
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme == "" {
-		return nil, usagef("--sink %q is not a URL (supported schemes: %s)", redactURL(rawURL), strings.Join(sinkSchemes, ", "))
+		return "", usagef("--sink %q is not a URL (supported schemes: %s)", redactURL(rawURL), strings.Join(sinkSchemes(), ", "))
 	}
-	switch strings.ToLower(u.Scheme) {
-	case "stdout":
-		return stdoutsink.New(stdout), nil
-	case "null":
-		return nullSink(), nil
-	case "http", "https":
-		s, err := httpsink.New(rawURL, nil)
-		if err != nil {
-			return nil, usagef("--sink: %v", err)
-		}
-		return s, nil
-	default:
-		return nil, usagef("unknown sink scheme %q in --sink (supported: %s)", u.Scheme, strings.Join(sinkSchemes, ", "))
+	scheme := strings.ToLower(u.Scheme)
+	if !slices.Contains(sinkSchemes(), scheme) {
+		return "", usagef("unknown sink scheme %q in --sink (supported: %s)", u.Scheme, strings.Join(sinkSchemes(), ", "))
 	}
+	return scheme, nil
+}
+
+// openSink builds the sink a --sink URL names.
+func openSink(rawURL string, se *sinkEnv) (outbox.Sink, error) {
+	scheme, err := parseSinkURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	s, err := sinkFactories[scheme](bareScheme(rawURL), se)
+	if err != nil {
+		return nil, usagef("--sink %s: %s", redactURL(rawURL), strings.TrimPrefix(err.Error(), scheme+"sink: "))
+	}
+	return s, nil
 }
 
 func nullSink() outbox.Sink {
