@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxd/outbox/internal/failpoint"
 	"github.com/outboxd/outbox/internal/store"
 )
 
@@ -315,6 +316,7 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 			clearWait, waiting = false, false
 		}
 		if len(rows) > 0 {
+			failpoint.Hit("after-claim")
 			d.stats.claimed.Add(int64(len(rows)))
 			inflight.Add(int64(len(rows)))
 			deadline := start.Add(d.cfg.Lease - d.cfg.Lease/10)
@@ -408,7 +410,10 @@ func (d *Dispatcher) work(ctx context.Context, jobs <-chan *job, results chan<- 
 		j.cancel = cancelCause
 		d.flightsMu.Unlock()
 		started := time.Now()
+		endSection := failpoint.During("mid-publish")
 		err := d.publish(pctx, &j.msg)
+		endSection()
+		failpoint.Hit("after-publish")
 		j.publishDur = time.Since(started)
 		cancel()
 		cancelCause(nil)
@@ -481,7 +486,7 @@ func (d *Dispatcher) finalize(batch []result) {
 		// Finalize must not be cut short by shutdown: a publish that succeeded
 		// and is not recorded would be delivered again.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		held, err = d.store.Finalize(ctx, d.pool, d.cfg.Owner, outcomes)
+		held, err = d.finalizeOnce(ctx, outcomes)
 		cancel()
 		d.stats.finalizes.Add(1)
 		if err == nil {
@@ -632,4 +637,24 @@ func (d *Dispatcher) cancelFlight(j *job) {
 	}
 	d.log.Warn("lease lost during publish; cancelling it",
 		slog.Int64("outbox_id", j.msg.ID), slog.Int64("lease_version", j.msg.FencingToken))
+}
+
+// finalizeOnce runs one finalize statement. In failpoint builds with
+// "in-finalize" armed it runs inside an explicit transaction and hits the
+// failpoint before COMMIT, so the suite can crash a worker mid-finalize.
+func (d *Dispatcher) finalizeOnce(ctx context.Context, outcomes []store.Outcome) ([]bool, error) {
+	if !failpoint.Enabled || !failpoint.Armed("in-finalize") {
+		return d.store.Finalize(ctx, d.pool, d.cfg.Owner, outcomes)
+	}
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	held, err := d.store.Finalize(ctx, tx, d.cfg.Owner, outcomes)
+	if err != nil {
+		return nil, err
+	}
+	failpoint.Hit("in-finalize")
+	return held, tx.Commit(ctx)
 }
