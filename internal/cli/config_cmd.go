@@ -91,6 +91,14 @@ func patterns(p []string) string {
 
 // checkSinkURL validates a sink URL without connecting anywhere.
 func checkSinkURL(raw string) error {
-	_, err := parseSinkURL(raw)
-	return err
+	scheme, err := parseSinkURL(raw)
+	if err != nil {
+		return err
+	}
+	if check := sinkCheckers[scheme]; check != nil {
+		if err := check(bareScheme(raw)); err != nil {
+			return usagef("sink %s: %s", redactURL(raw), strings.TrimPrefix(err.Error(), scheme+"sink: "))
+		}
+	}
+	return nil
 }

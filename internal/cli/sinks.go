@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxd/outbox"
 	"github.com/outboxd/outbox/sink/httpsink"
+	"github.com/outboxd/outbox/sink/natssink"
 	"github.com/outboxd/outbox/sink/stdoutsink"
 )
 
@@ -24,14 +25,37 @@ type sinkEnv struct {
 // sinkFactories maps a --sink URL scheme to its constructor. Each sink
 // documents its URL form in its package README.
 var sinkFactories = map[string]func(rawURL string, se *sinkEnv) (outbox.Sink, error){
-	"stdout": func(_ string, se *sinkEnv) (outbox.Sink, error) { return stdoutsink.New(se.stdout), nil },
-	"null":   func(string, *sinkEnv) (outbox.Sink, error) { return nullSink(), nil },
-	"http":   newHTTPSink,
-	"https":  newHTTPSink,
+	"stdout":   func(_ string, se *sinkEnv) (outbox.Sink, error) { return stdoutsink.New(se.stdout), nil },
+	"null":     func(string, *sinkEnv) (outbox.Sink, error) { return nullSink(), nil },
+	"http":     newHTTPSink,
+	"https":    newHTTPSink,
+	"nats":     newNATSSink,
+	"nats+tls": newNATSSink,
+}
+
+func newNATSSink(rawURL string, se *sinkEnv) (outbox.Sink, error) {
+	return natssink.New(rawURL, &natssink.Options{Logger: se.logger})
 }
 
 func newHTTPSink(rawURL string, se *sinkEnv) (outbox.Sink, error) {
 	return httpsink.New(rawURL, &httpsink.Options{Secrets: se.secrets})
+}
+
+// sinkCheckers validate a sink URL without connecting, per scheme (for
+// config check); schemes without one are only parsed.
+var sinkCheckers = map[string]func(rawURL string) error{
+	"http":     checkHTTPURL,
+	"https":    checkHTTPURL,
+	"nats":     natssink.CheckURL,
+	"nats+tls": natssink.CheckURL,
+}
+
+func checkHTTPURL(rawURL string) error {
+	s, err := httpsink.New(rawURL, nil)
+	if err != nil {
+		return err
+	}
+	return s.Close()
 }
 
 // sinkSchemes lists the --sink URL schemes, for help and errors.
