@@ -41,6 +41,7 @@ type Store struct {
 	status, deadList, deadRetry, deadSkip, purge, undelivered string
 	migrate                                                   string
 	types, heartbeat                                          string
+	gauges                                                    string
 	seed                                                      SeedStatements
 }
 
@@ -88,6 +89,7 @@ func New(table string) (*Store, error) {
 		undelivered:  load("sql/undelivered.sql"),
 		types:        load("sql/undelivered_types.sql"),
 		heartbeat:    load("sql/heartbeat.sql"),
+		gauges:       load("sql/gauges.sql"),
 		migrate:      r.Replace(migrate),
 		seed: SeedStatements{
 			Reap:  load("sql/seed_reap.sql"),

@@ -1,0 +1,34 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Gauges are the table's health figures that are cheap to read often: what
+// metrics poll. See gauges.sql for how each one is obtained.
+type Gauges struct {
+	// Pending, Processing and Dead are exact row counts.
+	Pending, Processing, Dead int64
+	// Done is an estimate from the planner's statistics, never below 0; 0
+	// while the table has never been analysed.
+	Done int64
+	// OldestPendingAge is the age of the oldest pending or processing row on
+	// the database's clock; 0 when there is none.
+	OldestPendingAge time.Duration
+	// ExpiredLeases counts processing rows whose lease has run out.
+	ExpiredLeases int64
+}
+
+// Gauges reads the gauges in one statement.
+func (s *Store) Gauges(ctx context.Context, db DB) (Gauges, error) {
+	var g Gauges
+	var age float64
+	err := db.QueryRow(ctx, s.gauges, s.Table.ident("")).
+		Scan(&g.Pending, &g.Processing, &g.Dead, &g.Done, &age, &g.ExpiredLeases)
+	if err != nil {
+		return Gauges{}, translate(err)
+	}
+	g.OldestPendingAge = time.Duration(age * float64(time.Second))
+	return g, nil
+}
