@@ -5,12 +5,16 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/metrics"
 	"github.com/outboxd/outbox/sink/route"
 )
 
@@ -129,17 +133,18 @@ func isIdent(b byte) bool {
 // runSetup holds the options run and config check share, and where each
 // effective value came from.
 type runSetup struct {
-	secrets    secretFlags
-	retention  time.Duration
-	db         dbFlags
-	rf         runFlags
-	lf         logFlags
-	drain      bool
-	configPath string
-	routes     routeFlags
-	fileRoutes []routeSpec
-	fs         *flag.FlagSet
-	sources    map[string]source
+	metricsAddr string
+	secrets     secretFlags
+	retention   time.Duration
+	db          dbFlags
+	rf          runFlags
+	lf          logFlags
+	drain       bool
+	configPath  string
+	routes      routeFlags
+	fileRoutes  []routeSpec
+	fs          *flag.FlagSet
+	sources     map[string]source
 }
 
 func newRunSetup(e *env, name, synopsis string) *runSetup {
@@ -149,6 +154,7 @@ func newRunSetup(e *env, name, synopsis string) *runSetup {
 	s.lf.register(s.fs)
 	s.fs.BoolVar(&s.drain, "drain", false, "exit 0 once nothing is pending or processing")
 	s.fs.Var(&s.secrets, "webhook-secret", "sign webhooks (Standard Webhooks) with this whsec_ secret; repeat or comma-separate to rotate keys, newest first (prefer $OUTBOXD_WEBHOOK_SECRET)")
+	s.fs.StringVar(&s.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this address (e.g. :9090)")
 	durVar(s.fs, &s.retention, "retention", 0, "purge done rows older than this in the background (e.g. 7d); 0 = keep them")
 	s.fs.StringVar(&s.configPath, "config", "", "YAML config file (default $OUTBOXD_CONFIG); flags and OUTBOXD_* variables override it")
 	s.fs.Var(&s.routes, "route", "route FILTER[,FILTER]=URL, e.g. event_type=Order*=http://orders/hook (repeatable; replaces the file's routes)")
@@ -287,9 +293,22 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		}
 		logger.Info("routes", slog.String("table", router.String()))
 	}
+	var m *metrics.Metrics
+	if s.metricsAddr != "" {
+		var stopMetrics func()
+		m, stopMetrics, err = s.startMetrics(ctx, pool, cfg, logger)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
 	d, err := outbox.NewDispatcher(pool, sink, cfg)
 	if err != nil {
 		return cleanErr(err)
+	}
+	if m != nil {
+		m.SetUp(true)
+		defer m.SetUp(false)
 	}
 	stopProgress := logProgress(ctx, logger, d, 10*time.Second)
 	defer stopProgress()
@@ -404,4 +423,39 @@ func (s *secretFlags) Set(v string) error {
 		}
 	}
 	return nil
+}
+
+// startMetrics serves the Prometheus endpoints for the run and feeds them
+// from the dispatcher's hook and a periodic gauge query. A metrics address
+// that cannot be bound stops the run at once: an operator who asked for
+// metrics must not get a relay nobody can see.
+func (s *runSetup) startMetrics(ctx context.Context, pool *pgxpool.Pool, cfg *outbox.Config, logger *slog.Logger) (*metrics.Metrics, func(), error) {
+	scheme, _ := parseSinkURL(s.rf.sink)
+	if len(s.allRoutes()) > 0 {
+		scheme = "routes"
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(&metrics.Options{Registerer: reg, Gatherer: reg, Table: s.db.table, Sink: scheme, Logger: logger})
+	cfg.Hook = m.Hook()
+	admin, err := outbox.NewAdmin(pool, s.db.table)
+	if err != nil {
+		return nil, nil, err
+	}
+	ln, err := net.Listen("tcp", s.metricsAddr)
+	if err != nil {
+		return nil, nil, usagef("--metrics-addr: cannot listen on %s: %v", s.metricsAddr, err)
+	}
+	_ = ln.Close() // Serve binds it again; this only reports a bad address early
+	ctx, cancel := context.WithCancel(ctx)
+	stopRefresher := m.StartRefresher(ctx, admin, 0)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := m.Serve(ctx, s.metricsAddr); err != nil {
+			logger.Error("metrics server stopped", slog.Any("error", err))
+		}
+	}()
+	logger.Info("serving metrics", slog.String("addr", s.metricsAddr))
+	return m, func() { cancel(); stopRefresher(); <-done }, nil
 }
