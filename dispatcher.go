@@ -260,6 +260,8 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 		errBackoff time.Duration
 		// registeredAt is when the waiter row was last registered.
 		registeredAt time.Time
+		// cursor is where the ordered claim's sweep over aggregates resumes.
+		cursor string
 	)
 	poll := time.NewTimer(d.cfg.PollInterval)
 	defer poll.Stop()
@@ -289,14 +291,22 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 		// server committed it would strand its rows until their leases
 		// expire. Rows it returns after shutdown began are released.
 		claimCtx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		rows, dbNow, err := d.store.Claim(claimCtx, d.pool, store.ClaimParams{
+		params := store.ClaimParams{
 			Owner:       d.cfg.Owner,
 			Batch:       d.cfg.BatchSize,
 			Lease:       d.cfg.Lease,
 			MaxAttempts: d.cfg.MaxAttempts,
-			Ordered:     d.cfg.Ordered,
 			ClearWait:   clearWait,
-		}, buf)
+			Cursor:      cursor,
+		}
+		var rows []store.Row
+		var dbNow time.Time
+		var err error
+		if d.cfg.Ordered {
+			rows, dbNow, cursor, err = d.store.ClaimOrdered(claimCtx, d.pool, params, buf)
+		} else {
+			rows, dbNow, err = d.store.Claim(claimCtx, d.pool, params, buf)
+		}
 		cancelClaim()
 		d.stats.claims.Add(1)
 		d.hook.OnClaim(ClaimEvent{Rows: len(rows), Duration: time.Since(start), Err: err})

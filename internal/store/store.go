@@ -70,13 +70,12 @@ func New(table string) (*Store, error) {
 	load := func(name string) string { return r.Replace(raw(name)) }
 	// Templates are assembled before the names go in: a name may contain
 	// "{{ordered_guard}}" or "$$" itself.
-	guard := strings.TrimSpace(raw("sql/ordered_guard.sql"))
 	claim := raw("sql/claim.sql")
 	migrate := strings.ReplaceAll(migrations(raw), "$$", dollarTag(t.String()))
 	return &Store{
 		Table:        t,
-		claim:        r.Replace(strings.ReplaceAll(claim, "{{ordered_guard}}", "")),
-		claimOrdered: r.Replace(strings.ReplaceAll(claim, "{{ordered_guard}}", guard)),
+		claim:        r.Replace(claim),
+		claimOrdered: load("sql/claim_ordered.sql"),
 		finalize:     load("sql/finalize.sql"),
 		resolve:      load("sql/resolve.sql"),
 		wait:         load("sql/wait.sql"),
@@ -224,17 +223,22 @@ type ClaimParams struct {
 	Ordered     bool
 	// ClearWait drops the owner's waiter row in the same statement.
 	ClearWait bool
+	// Cursor is where an ordered claim's sweep over aggregates resumes
+	// (ClaimOrdered); "" starts at the first aggregate.
+	Cursor string
 }
 
 // Claim reaps expired rows that used up their attempts, then leases up to
 // Batch rows to Owner, in one statement (one round trip, one commit). Rows
-// come back sorted by id, with the database's now() at claim time.
+// come back sorted by id, with the database's now() at claim time. With
+// Ordered, only heads of aggregates are claimed, sweeping from the first
+// aggregate (see ClaimOrdered for a sweep that continues across calls).
 func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams, buf []Row) ([]Row, time.Time, error) {
-	q := s.claim
 	if p.Ordered {
-		q = s.claimOrdered
+		rows, now, _, err := s.ClaimOrdered(ctx, db, p, buf)
+		return rows, now, err
 	}
-	rows, err := db.Query(ctx, q, p.Owner, p.Batch, p.Lease.Microseconds(), p.MaxAttempts, p.ClearWait)
+	rows, err := db.Query(ctx, s.claim, p.Owner, p.Batch, p.Lease.Microseconds(), p.MaxAttempts, p.ClearWait)
 	if err != nil {
 		return nil, time.Time{}, translate(err)
 	}
@@ -260,6 +264,87 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams, buf []Row) ([]R
 	}
 	sortRows(out)
 	return out, now, nil
+}
+
+// orderedMaxVisit bounds the aggregates one ordered claim visits, so a claim
+// costs the same however many aggregates are busy; the next claim carries on
+// from where this one stopped.
+func orderedMaxVisit(batch int) int { return max(1000, 10*batch) }
+
+// ClaimOrdered is the ordered claim: it leases up to Batch heads of
+// aggregates, visiting aggregates in aggregate_id order from p.Cursor, and
+// returns the cursor to pass to the next call ("" when the sweep reached
+// the last aggregate and the next should start over). If a sweep that did
+// not start at the beginning finds nothing, it starts over at once, so an
+// empty result means no head is claimable anywhere.
+func (s *Store) ClaimOrdered(ctx context.Context, db DB, p ClaimParams, buf []Row) ([]Row, time.Time, string, error) {
+	// A claim that finds nothing goes on sweeping (a few statements at most)
+	// so that an empty result usually means no head is claimable anywhere;
+	// a sweep too long for that resumes from the cursor next time.
+	start, cursor, wrapped := p.Cursor, p.Cursor, false
+	var now time.Time
+	for range 10 {
+		rows, at, next, err := s.claimOrderedOnce(ctx, db, p, cursor, buf)
+		if err != nil || len(rows) > 0 {
+			return rows, at, next, err
+		}
+		now, p.ClearWait = at, false
+		switch {
+		case next == "" && (start == "" || wrapped):
+			return nil, now, "", nil // swept every aggregate
+		case next == "":
+			wrapped, cursor = true, "" // reached the end; the start was not seen yet
+		case wrapped && next >= start:
+			return nil, now, next, nil // back where this claim began
+		default:
+			cursor = next // stopped by the visit limit
+		}
+	}
+	return nil, now, cursor, nil
+}
+
+func (s *Store) claimOrderedOnce(ctx context.Context, db DB, p ClaimParams, cursor string, buf []Row) ([]Row, time.Time, string, error) {
+	rows, err := db.Query(ctx, s.claimOrdered, p.Owner, p.Batch, p.Lease.Microseconds(), p.MaxAttempts,
+		p.ClearWait, cursor, cursor == "", orderedMaxVisit(p.Batch))
+	if err != nil {
+		return nil, time.Time{}, "", translate(err)
+	}
+	defer rows.Close()
+	out := buf[:0]
+	var now time.Time
+	var next *string
+	for rows.Next() {
+		var (
+			id                                          *int64
+			aggregateType, aggregateID, eventType, body *string
+			createdAt                                   *time.Time
+			attempts                                    *int
+			version                                     *int64
+			headers                                     *string
+		)
+		if err := rows.Scan(&id, &aggregateType, &aggregateID, &eventType, &body,
+			&createdAt, &attempts, &version, &headers, &now, &next); err != nil {
+			return nil, time.Time{}, "", translate(err)
+		}
+		if id == nil {
+			continue // the row that only carries the cursor
+		}
+		r := Row{ID: *id, AggregateType: *aggregateType, AggregateID: *aggregateID, EventType: *eventType,
+			Payload: []byte(*body), CreatedAt: *createdAt, Attempts: *attempts, LeaseVersion: *version}
+		if headers != nil {
+			r.Headers = *headers
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, time.Time{}, "", translate(err)
+	}
+	sortRows(out)
+	nextCursor := ""
+	if next != nil {
+		nextCursor = *next
+	}
+	return out, now, nextCursor, nil
 }
 
 func sortRows(rows []Row) {

@@ -25,7 +25,6 @@ reaped AS (
 expired AS (
     SELECT o.id FROM {{table}} AS o
     WHERE o.status = 'processing' AND o.lease_until < now() AND o.attempts < $4
-      {{ordered_guard}}
     ORDER BY o.lease_until
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -33,7 +32,6 @@ expired AS (
 ready AS (
     SELECT o.id FROM {{table}} AS o
     WHERE o.status = 'pending' AND o.available_at <= now()
-      {{ordered_guard}}
     ORDER BY o.available_at, o.id
     LIMIT greatest($2 - (SELECT count(*) FROM expired), 0)
     FOR UPDATE SKIP LOCKED
