@@ -14,6 +14,10 @@
 //   - Anything else, 3xx included (redirects are never followed): a
 //     [outbox.Permanent] error carrying the status and a body excerpt.
 //
+// The producer's [outbox.Message.Headers] (trace context, correlation ids)
+// go out as request headers too, below everything the sink sets itself:
+// see [Sink.Publish].
+//
 // With [Options.Secrets] set, every request is also signed as Standard
 // Webhooks defines (webhook-id, webhook-timestamp, webhook-signature; see
 // package [webhook]), so the receiver can check it with [webhook.Verifier].
@@ -187,6 +191,14 @@ func newTransport() *http.Transport {
 func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // Publish POSTs msg and classifies the outcome; see the package doc.
+//
+// Each entry of msg.Headers is sent as a request header, unless the request
+// already has that header (the sink's own, [Options.Headers], basic auth),
+// the name is one the sink or the transport owns whether set or not
+// (Content-*, Idempotency-Key, Ce-*, Outbox-*, Webhook-*, Authorization,
+// Host, hop-by-hop headers...), or the entry is not a valid HTTP header
+// field: a producer's metadata must neither forge the delivery's identity
+// or signature nor make net/http refuse the whole request.
 func (s *Sink) Publish(ctx context.Context, msg *outbox.Message) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(msg.Payload))
 	if err != nil {
@@ -219,6 +231,13 @@ func (s *Sink) Publish(ctx context.Context, msg *outbox.Message) error {
 		// Signed at send time, not at CreatedAt: the receiver's replay
 		// window would otherwise reject every retry of an old message.
 		s.signer.SetHeaders(h, id, time.Now(), msg.Payload)
+	}
+	for k, v := range msg.Headers {
+		ck := http.CanonicalHeaderKey(k)
+		if _, taken := h[ck]; taken || reservedHeader(ck) || !validHeaderName(k) || !validHeaderValue(v) {
+			continue
+		}
+		h[ck] = []string{v}
 	}
 
 	resp, err := s.client.Do(req)
@@ -343,6 +362,56 @@ func percentEncode(v string) string {
 }
 
 func needsEncoding(c byte) bool { return c < 0x21 || c > 0x7E || c == '"' || c == '%' }
+
+// reservedHeader reports whether a message header named ck (canonical form)
+// must not be sent. Besides the headers the sink writes, it covers those
+// that would change how the request is framed, routed, authenticated or
+// decoded, and webhook-* even when requests are not signed, so a receiver
+// never sees a signature the sink did not make.
+func reservedHeader(ck string) bool {
+	switch ck {
+	case "Authorization", "Proxy-Authorization", "Host", "Idempotency-Key",
+		"Connection", "Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+		"Expect", "Accept-Encoding", "Cookie":
+		return true
+	}
+	for _, prefix := range []string{"Content-", "Ce-", "Outbox-", "Webhook-", "Proxy-"} {
+		if strings.HasPrefix(ck, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// validHeaderName reports whether k is an RFC 9110 token, as net/http
+// requires of a header name.
+func validHeaderName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue reports whether net/http accepts v as a header value: no
+// control character but horizontal tab, so no line break can start a
+// header of the producer's choosing.
+func validHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7F {
+			return false
+		}
+	}
+	return true
+}
 
 // ParseRetryAfter parses an HTTP Retry-After value, either delta-seconds
 // ("120") or an HTTP-date ("Wed, 21 Oct 2015 07:28:00 GMT") taken relative

@@ -6,7 +6,11 @@
 //
 //	{"id":1,"aggregate_type":"order","aggregate_id":"42","event_type":"OrderCreated","created_at":"2024-03-01T10:00:00.123456Z","attempt":1,"fencing_token":1,"payload":{"total": 10}}
 //
-// with the payload embedded as it is stored, not re-encoded.
+// with the payload embedded as it is stored, not re-encoded. A message with
+// producer headers ([outbox.Message.Headers]) also has a "headers" object,
+// keys sorted, just before the payload:
+//
+//	{"id":2,...,"fencing_token":1,"headers":{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},"payload":{}}
 package stdoutsink
 
 import (
@@ -48,6 +52,9 @@ type line struct {
 	CreatedAt     string `json:"created_at"`
 	Attempt       int    `json:"attempt"`
 	FencingToken  int64  `json:"fencing_token"`
+	// Headers is left out when empty, so lines of messages without
+	// headers keep their shape.
+	Headers map[string]string `json:"headers,omitempty"`
 }
 
 // Publish writes msg as one line. A payload that is not valid JSON is a
@@ -99,6 +106,7 @@ func encode(msg *outbox.Message) ([]byte, error) {
 		CreatedAt:     msg.CreatedAt.UTC().Format(time.RFC3339Nano),
 		Attempt:       msg.Attempt,
 		FencingToken:  msg.FencingToken,
+		Headers:       msg.Headers,
 	})
 	if err != nil {
 		return nil, err

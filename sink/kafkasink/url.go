@@ -1,0 +1,221 @@
+package kafkasink
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outboxd/outbox/sink/sinkutil"
+)
+
+// config is what a sink URL says, validated.
+type config struct {
+	clientID     string
+	createTopics bool
+	linger       time.Duration
+	maxBuffered  int
+	password     string
+	sasl         string // "" (none), "plain", "scram-sha-256" or "scram-sha-512"
+	seeds        []string
+	timeout      time.Duration
+	tls          bool
+	topic        *sinkutil.Template
+	user         string
+}
+
+// parseURL reads rawURL. net/url cannot be used for the authority: it
+// rejects a list of brokers whose second entry is a bracketed IPv6 address.
+// Errors never quote the userinfo, which may hold a password.
+func parseURL(rawURL string) (*config, error) {
+	scheme, rest, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return nil, errors.New("URL has no scheme; want kafka://host:port[,host:port...]?topic=...")
+	}
+	if !strings.EqualFold(scheme, "kafka") {
+		return nil, fmt.Errorf("unsupported URL scheme %q; want kafka", scheme)
+	}
+	if strings.Contains(rest, "#") {
+		return nil, errors.New("URL must not have a fragment (#...)")
+	}
+	authority, tail := rest, ""
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		authority, tail = rest[:i], rest[i:]
+	}
+	path, rawQuery, _ := strings.Cut(tail, "?")
+	if path != "" && path != "/" {
+		return nil, errors.New("URL must not have a path; name the topic with ?topic=...")
+	}
+
+	c := &config{
+		clientID:    ClientIDDefault,
+		linger:      LingerDefault,
+		maxBuffered: MaxBufferedDefault,
+		timeout:     TimeoutDefault,
+	}
+	hosts := authority
+	if at := strings.LastIndex(authority, "@"); at >= 0 {
+		hosts = authority[at+1:]
+		userinfo := authority[:at]
+		rawUser, rawPass, _ := strings.Cut(userinfo, ":")
+		var err1, err2 error
+		c.user, err1 = url.PathUnescape(rawUser)
+		c.password, err2 = url.PathUnescape(rawPass)
+		if err1 != nil || err2 != nil {
+			return nil, errors.New("URL userinfo has an invalid %-escape")
+		}
+		if c.user == "" {
+			return nil, errors.New("URL userinfo has an empty user name")
+		}
+	}
+	seeds, err := parseHosts(hosts)
+	if err != nil {
+		return nil, err
+	}
+	c.seeds = seeds
+
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return nil, fmt.Errorf("malformed query: %w", err)
+	}
+	topic := TopicDefault
+	for key, vals := range q {
+		if len(vals) != 1 {
+			return nil, fmt.Errorf("option %s given %d times", key, len(vals))
+		}
+		v := vals[0]
+		switch key {
+		case "acks":
+			if v != "all" && v != "-1" {
+				return nil, fmt.Errorf("acks=%s is not supported: the sink always waits for all in-sync replicas (acks=all)", v)
+			}
+		case "client_id":
+			if v == "" {
+				return nil, errors.New("client_id must not be empty")
+			}
+			c.clientID = v
+		case "create_topics":
+			c.createTopics, err = parseBool(key, v)
+		case "linger":
+			c.linger, err = parseDuration(key, v, 0)
+		case "max_buffered":
+			c.maxBuffered, err = strconv.Atoi(v)
+			if err != nil || c.maxBuffered < 1 {
+				err = fmt.Errorf("max_buffered must be a positive integer, got %q", v)
+			}
+		case "sasl":
+			c.sasl = strings.ToLower(v)
+			switch c.sasl {
+			case "plain", "scram-sha-256", "scram-sha-512":
+			default:
+				err = fmt.Errorf("sasl=%s is not supported; want plain, scram-sha-256 or scram-sha-512", v)
+			}
+		case "timeout":
+			// franz-go's lower bound for a record's delivery timeout.
+			c.timeout, err = parseDuration(key, v, time.Second)
+		case "tls":
+			c.tls, err = parseBool(key, v)
+		case "topic":
+			topic = v
+		default:
+			err = fmt.Errorf("unknown option %q (want topic, create_topics, linger, max_buffered, timeout, acks, client_id, tls or sasl)", key)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case c.sasl != "" && c.user == "":
+		return nil, fmt.Errorf("sasl=%s needs credentials: kafka://user:password@host:port...", c.sasl)
+	case c.sasl == "" && c.user != "":
+		return nil, errors.New("URL has credentials but no SASL mechanism; add sasl=plain, sasl=scram-sha-256 or sasl=scram-sha-512")
+	}
+	c.topic, err = parseTopic(topic)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// parseHosts splits a comma-separated broker list; a host without a port
+// gets Kafka's 9092.
+func parseHosts(s string) ([]string, error) {
+	if s == "" {
+		return nil, errors.New("URL has no broker address; want kafka://host:port[,host:port...]")
+	}
+	var out []string
+	for h := range strings.SplitSeq(s, ",") {
+		if h == "" {
+			return nil, fmt.Errorf("empty broker address in %q", s)
+		}
+		host, port, err := net.SplitHostPort(h)
+		if err != nil {
+			// A bare host (or bracketed IPv6 address) takes the default port.
+			host, port = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"), "9092"
+			if strings.ContainsAny(host, "[]") || (strings.Contains(host, ":") && !strings.HasPrefix(h, "[")) {
+				return nil, fmt.Errorf("invalid broker address %q: write IPv6 addresses in brackets, [::1]:9092", h)
+			}
+		}
+		if host == "" {
+			return nil, fmt.Errorf("invalid broker address %q: empty host", h)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("invalid broker address %q: port must be 1-65535", h)
+		}
+		out = append(out, net.JoinHostPort(host, port))
+	}
+	return out, nil
+}
+
+func parseBool(key, v string) (bool, error) {
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s must be true or false, got %q", key, v)
+	}
+	return b, nil
+}
+
+func parseDuration(key, v string, minimum time.Duration) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s must be a duration such as 50ms or 30s, got %q", key, v)
+	}
+	if d < minimum {
+		if minimum == 0 {
+			return 0, fmt.Errorf("%s must not be negative, got %s", key, v)
+		}
+		return 0, fmt.Errorf("%s must be at least %s, got %s", key, minimum, v)
+	}
+	return d, nil
+}
+
+// maxTopicLen is Kafka's limit on a topic name's length.
+const maxTopicLen = 249
+
+// parseTopic parses the topic template and checks its literal parts, so a
+// name Kafka refuses is caught at start-up rather than on every message.
+func parseTopic(s string) (*sinkutil.Template, error) {
+	t, err := sinkutil.ParseTemplate(s)
+	if err != nil {
+		return nil, fmt.Errorf("topic: %w", err)
+	}
+	// Expanding with one-letter values leaves the literals to judge: the
+	// placeholders' own characters are sanitised per message.
+	probe := t.Expand(&probeMessage, nil)
+	if i := strings.IndexFunc(probe, func(r rune) bool { return !legalTopicRune(r) }); i >= 0 {
+		return nil, fmt.Errorf("topic %q: character %q is not allowed in a Kafka topic name (allowed: a-z A-Z 0-9 . _ -)", s, []rune(probe[i:])[0])
+	}
+	shortest := t.Expand(&emptyMessage, nil)
+	if len(shortest) > maxTopicLen {
+		return nil, fmt.Errorf("topic %q: topic name longer than %d characters even with empty placeholders", s, maxTopicLen)
+	}
+	if t.Fixed() {
+		if err := checkTopic(shortest); err != nil {
+			return nil, fmt.Errorf("topic %q: %w", s, err)
+		}
+	}
+	return t, nil
+}

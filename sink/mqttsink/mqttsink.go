@@ -1,0 +1,633 @@
+// Package mqttsink publishes outbox messages to an MQTT 5 broker at QoS 1:
+// one PUBLISH per message, to a topic that is a template over the message
+// ({aggregate_type}, {event_type}, {aggregate_id}), and a publish succeeds
+// once the broker's PUBACK reports success.
+//
+// Each PUBLISH carries the payload byte for byte, the content type
+// application/json with the UTF-8 payload format indicator, and the outbox
+// metadata as user properties (Outbox-Id, Outbox-Event-Type,
+// Outbox-Aggregate-Type, Outbox-Aggregate-Id, Outbox-Fencing-Token,
+// Outbox-Attempt, Outbox-Created-At). MQTT has no broker-side deduplication:
+// Outbox-Id is how a subscriber recognises a message it has already seen.
+//
+// The connection is kept by autopaho, which reconnects in the background
+// with a clean start every time: a QoS 1 message whose PUBACK was lost with
+// the connection is not resent by the client; Publish reports it as
+// retryable and the dispatcher publishes it again, so a subscriber may
+// receive it twice (same Outbox-Id).
+//
+// Outcomes map onto the [outbox.Sink] classification:
+//
+//   - PUBACK 0x00 Success or 0x10 No matching subscribers: delivered (the
+//     broker accepted the message; who subscribes is not the sink's
+//     business).
+//   - PUBACK 0x87 Not authorized, 0x90 Topic Name invalid, 0x99 Payload
+//     format invalid: [outbox.Permanent].
+//   - PUBACK 0x80 Unspecified error, 0x83 Implementation specific error,
+//     0x91 Packet Identifier in use, 0x97 Quota exceeded and any other
+//     failure code: [outbox.Retryable].
+//   - No connection (while autopaho reconnects), a connection lost before
+//     the PUBACK, a cancelled or expired context: [outbox.Retryable]; but
+//     while the broker refuses the connection itself for a reason only
+//     configuration can fix (CONNACK 0x84 unsupported protocol version, 0x85
+//     client identifier not valid, 0x86 bad user name or password, 0x87 not
+//     authorized, 0x8A banned, 0x8C bad authentication method):
+//     [outbox.Permanent].
+//   - A message the broker cannot take whatever happens (a PUBLISH larger
+//     than the broker's Maximum Packet Size, a topic or metadata that is not
+//     valid MQTT UTF-8, a topic starting with '$'): [outbox.Permanent],
+//     without sending it.
+package mqttsink
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/eclipse/paho.golang/autopaho"
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/sink/sinkutil"
+)
+
+// Defaults for the URL's query parameters and the connection.
+const (
+	// TopicDefault is the topic template when the URL has no topic=.
+	TopicDefault = "outbox/{aggregate_type}/{event_type}"
+	// ClientIDPrefix starts the random client id used when the URL has no
+	// client_id=.
+	ClientIDPrefix = "outboxd-"
+	// KeepAliveDefault is the MQTT keep-alive when the URL has no keepalive=.
+	KeepAliveDefault = 30 * time.Second
+	// ConnectTimeoutDefault bounds one connection attempt (TCP, TLS,
+	// CONNECT/CONNACK) when the URL has no connect_timeout=.
+	ConnectTimeoutDefault = 10 * time.Second
+	// ReconnectMaxDelay caps the delay between reconnection attempts.
+	ReconnectMaxDelay = 5 * time.Second
+	// CloseTimeout bounds how long Close waits for the DISCONNECT and the
+	// client's goroutines.
+	CloseTimeout = 5 * time.Second
+)
+
+// maxPacketSize is the largest packet MQTT can encode (a 4-byte variable
+// byte integer of remaining length, plus the fixed header).
+const maxPacketSize = 268435455 + 5
+
+// packetTimeout bounds a PUBACK wait for a caller whose context has no
+// deadline; the publish context is the real bound.
+const packetTimeout = 5 * time.Minute
+
+// errConnectionLost cancels the publishes waiting on a connection that went
+// down: autopaho reconnects with a clean start, so their PUBACKs can never
+// arrive.
+var errConnectionLost = errors.New("connection to the broker lost before PUBACK; the message may have been delivered")
+
+// Options configures a [Sink] beyond what the URL says. A nil *Options means
+// all defaults.
+type Options struct {
+	// Logger receives connection events (up, lost, refused). Defaults to
+	// discarding them.
+	Logger *slog.Logger
+	// TLSConfig is used for mqtts:// URLs (it is cloned; an empty ServerName
+	// is set to the URL's host). Defaults to the system roots and the URL's
+	// host as ServerName.
+	TLSConfig *tls.Config
+}
+
+// Sink is an [outbox.Sink] publishing to an MQTT 5 broker. It is safe for
+// concurrent use: publishes share one connection and are in flight together,
+// up to the broker's Receive Maximum.
+type Sink struct {
+	addr  string
+	cm    *autopaho.ConnectionManager
+	desc  string
+	log   *slog.Logger
+	topic *sinkutil.Template
+
+	mu sync.Mutex
+	// conn is cancelled when the current connection goes down; nil while
+	// there is none.
+	conn       context.Context
+	connCancel context.CancelCauseFunc
+	// maxPacket is the broker's Maximum Packet Size (0: none announced).
+	maxPacket uint32
+	// refused is the last connection attempt's failure while there is no
+	// connection, for classification.
+	refused error
+	// changed is closed (and replaced) when a connection comes up or an
+	// attempt fails, waking the publishes waiting for a connection.
+	changed chan struct{}
+}
+
+var _ outbox.Sink = (*Sink)(nil)
+
+// New returns a Sink for rawURL:
+//
+//	mqtt://[user:password@]host[:port][?param=value&...]
+//	mqtts://... (TLS)
+//
+// with the query parameters topic (topic template, default
+// [TopicDefault]), client_id (default [ClientIDPrefix] plus 16 random hex
+// digits), keepalive (a Go duration, default [KeepAliveDefault]) and
+// connect_timeout (default [ConnectTimeoutDefault]). The port defaults to
+// 1883, or 8883 for mqtts.
+//
+// New returns at once: the connection is made in the background and kept up
+// until Close. A broker that is down at New gives a Sink whose publishes wait
+// for the connection until their context ends, then fail as retryable.
+func New(rawURL string, opts *Options) (*Sink, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("mqttsink: malformed URL: %s", scrub(parseErrText(err), rawURL))
+	}
+	port := ""
+	switch u.Scheme {
+	case "mqtt":
+		port = "1883"
+	case "mqtts":
+		port = "8883"
+	case "":
+		return nil, errors.New("mqttsink: URL has no scheme; want mqtt:// or mqtts://")
+	default:
+		return nil, fmt.Errorf("mqttsink: unsupported URL scheme %q; want mqtt or mqtts", u.Scheme)
+	}
+	host := u.Hostname()
+	if host == "" {
+		return nil, fmt.Errorf("mqttsink: URL has no host; want %s://host:port", u.Scheme)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("mqttsink: invalid port %q", p)
+		}
+		port = p
+	}
+	if u.Path != "" && u.Path != "/" {
+		return nil, fmt.Errorf("mqttsink: unexpected path %q in URL; the topic goes in ?topic=", u.Path)
+	}
+
+	topicText := TopicDefault
+	clientID := ""
+	keepAlive := KeepAliveDefault
+	connectTimeout := ConnectTimeoutDefault
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return nil, fmt.Errorf("mqttsink: malformed query: %v", err)
+	}
+	for key, vals := range q {
+		if len(vals) != 1 {
+			return nil, fmt.Errorf("mqttsink: query parameter %s given %d times", key, len(vals))
+		}
+		v := vals[0]
+		switch key {
+		case "topic":
+			topicText = v
+		case "client_id":
+			if v == "" || !validUTF8(v) || len(v) > 65535 {
+				return nil, fmt.Errorf("mqttsink: client_id=%q: want a non-empty UTF-8 string", v)
+			}
+			clientID = v
+		case "keepalive":
+			keepAlive, err = time.ParseDuration(v)
+			if err != nil || keepAlive < 0 || keepAlive > 65535*time.Second {
+				return nil, fmt.Errorf("mqttsink: keepalive=%q: want a duration from 0s (off) to 18h12m15s", v)
+			}
+		case "connect_timeout":
+			connectTimeout, err = time.ParseDuration(v)
+			if err != nil || connectTimeout <= 0 {
+				return nil, fmt.Errorf("mqttsink: connect_timeout=%q: want a positive duration such as 10s", v)
+			}
+		default:
+			return nil, fmt.Errorf("mqttsink: unknown query parameter %q (want topic, client_id, keepalive or connect_timeout)", key)
+		}
+	}
+	tpl, err := parseTopic(topicText)
+	if err != nil {
+		return nil, fmt.Errorf("mqttsink: topic=%q: %w", topicText, err)
+	}
+	if clientID == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		clientID = ClientIDPrefix + hex.EncodeToString(b[:])
+	}
+
+	s := &Sink{
+		addr:    net.JoinHostPort(host, port),
+		log:     opts.Logger,
+		topic:   tpl,
+		changed: make(chan struct{}),
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.desc = describe(u.Scheme, u.User, s.addr, tpl, clientID, keepAlive, connectTimeout)
+
+	// The server URL autopaho sees has no userinfo, so no error it builds
+	// can carry the password.
+	server := &url.URL{Scheme: u.Scheme, Host: s.addr}
+	cfg := autopaho.ClientConfig{
+		ServerUrls:                    []*url.URL{server},
+		KeepAlive:                     uint16(keepAlive / time.Second),
+		CleanStartOnInitialConnection: true,
+		SessionExpiryInterval:         0,
+		ReconnectBackoff:              autopaho.NewExponentialBackoff(100*time.Millisecond, ReconnectMaxDelay, 500*time.Millisecond, 2),
+		ConnectTimeout:                connectTimeout,
+		// autopaho clears Clean Start after the first connection, to resume
+		// the session; the sink never resumes one (a publish whose PUBACK
+		// was lost is reported retryable instead), so every connection
+		// starts clean and the broker keeps no state for the client id.
+		ConnectPacketBuilder: func(cp *paho.Connect, _ *url.URL) (*paho.Connect, error) {
+			cp.CleanStart = true
+			return cp, nil
+		},
+		OnConnectionUp:   s.connectionUp,
+		OnConnectionDown: s.connectionDown,
+		OnConnectError:   s.connectError,
+		ClientConfig: paho.ClientConfig{
+			ClientID:      clientID,
+			PacketTimeout: packetTimeout,
+		},
+	}
+	if u.User != nil {
+		cfg.ConnectUsername = u.User.Username()
+		if pw, ok := u.User.Password(); ok {
+			cfg.ConnectPassword = []byte(pw)
+		}
+	}
+	if u.Scheme == "mqtts" {
+		if opts.TLSConfig != nil {
+			cfg.TlsCfg = opts.TLSConfig.Clone()
+		} else {
+			cfg.TlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		if cfg.TlsCfg.ServerName == "" {
+			cfg.TlsCfg.ServerName = host
+		}
+	}
+	// The connection manager lives until Close (Disconnect cancels it).
+	s.cm, err = autopaho.NewConnection(context.Background(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("mqttsink: %w", err)
+	}
+	return s, nil
+}
+
+// parseTopic parses a topic template and checks its literal parts: the
+// placeholders' values are sanitised per message, the literals must be
+// right as written.
+func parseTopic(text string) (*sinkutil.Template, error) {
+	if text == "" {
+		return nil, errors.New("must not be empty")
+	}
+	tpl, err := sinkutil.ParseTemplate(text)
+	if err != nil {
+		return nil, err
+	}
+	if strings.ContainsAny(text, "+#\x00") {
+		return nil, errors.New("a topic name cannot contain the wildcards + or # or NUL")
+	}
+	if strings.HasPrefix(text, "$") {
+		return nil, errors.New("topics starting with $ are reserved for the broker")
+	}
+	if !utf8.ValidString(text) {
+		return nil, errors.New("not valid UTF-8")
+	}
+	return tpl, nil
+}
+
+func describe(scheme string, user *url.Userinfo, addr string, topic *sinkutil.Template, clientID string, keepAlive, connectTimeout time.Duration) string {
+	userinfo := ""
+	if user != nil {
+		userinfo = url.PathEscape(user.Username())
+		if _, ok := user.Password(); ok {
+			userinfo += ":xxxxx"
+		}
+		userinfo += "@"
+	}
+	return fmt.Sprintf("%s://%s%s?topic=%s&client_id=%s&keepalive=%s&connect_timeout=%s",
+		scheme, userinfo, addr, topic, clientID, keepAlive, connectTimeout)
+}
+
+// String describes the sink as a URL with the password hidden and every
+// option spelled out, for logs.
+func (s *Sink) String() string { return s.desc }
+
+func (s *Sink) connectionUp(_ *autopaho.ConnectionManager, ca *paho.Connack) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.conn, s.connCancel = context.WithCancelCause(context.Background())
+	s.maxPacket = 0
+	if ca.Properties != nil && ca.Properties.MaximumPacketSize != nil {
+		s.maxPacket = *ca.Properties.MaximumPacketSize
+	}
+	s.refused = nil
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.log.Info("mqttsink: connected", slog.String("sink", s.desc))
+}
+
+func (s *Sink) connectionDown() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.connCancel != nil {
+		s.connCancel(errConnectionLost)
+	}
+	s.conn, s.connCancel = nil, nil
+	s.log.Warn("mqttsink: connection lost; reconnecting", slog.String("sink", s.desc))
+	return true
+}
+
+func (s *Sink) connectError(err error) {
+	s.mu.Lock()
+	s.refused = err
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+	s.log.Warn("mqttsink: connection attempt failed", slog.String("sink", s.desc), slog.Any("error", err))
+}
+
+// awaitConnection returns the current connection's context, waiting for one
+// until ctx ends.
+func (s *Sink) awaitConnection(ctx context.Context, topic string) (context.Context, uint32, error) {
+	for {
+		s.mu.Lock()
+		conn, maxPacket, refused, changed := s.conn, s.maxPacket, s.refused, s.changed
+		s.mu.Unlock()
+		if conn != nil {
+			return conn, maxPacket, nil
+		}
+		if refused != nil && connackPermanent(refused) {
+			return nil, 0, outbox.Permanent(fmt.Errorf("mqttsink: PUBLISH %s on %s: broker refuses the connection: %w", topic, s.addr, refused))
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			err := fmt.Errorf("mqttsink: PUBLISH %s on %s: not connected: %w", topic, s.addr, ctx.Err())
+			if refused != nil {
+				err = fmt.Errorf("%w (last attempt: %v)", err, refused)
+			}
+			return nil, 0, outbox.Retryable(err)
+		}
+	}
+}
+
+// Publish sends msg at QoS 1 and returns once the broker's PUBACK arrives,
+// classified as in the package doc.
+func (s *Sink) Publish(ctx context.Context, msg *outbox.Message) error {
+	topic := s.topic.Expand(msg, sanitize)
+	if err := checkTopic(topic); err != nil {
+		return outbox.Permanent(fmt.Errorf("mqttsink: message %d: topic %q: %w", msg.ID, topic, err))
+	}
+	headers := sinkutil.Headers(msg)
+	props := make(paho.UserProperties, 0, len(headers))
+	for _, h := range headers {
+		if !validUTF8(h.Value) {
+			return outbox.Permanent(fmt.Errorf("mqttsink: message %d: %s is not valid MQTT UTF-8 (invalid UTF-8 or NUL)", msg.ID, h.Key))
+		}
+		props = append(props, paho.UserProperty{Key: h.Key, Value: h.Value})
+	}
+	utf8Payload := byte(1)
+	p := &paho.Publish{
+		QoS:     1,
+		Topic:   topic,
+		Payload: msg.Payload,
+		Properties: &paho.PublishProperties{
+			ContentType:   "application/json",
+			PayloadFormat: &utf8Payload,
+			User:          props,
+		},
+	}
+	if err := ctx.Err(); err != nil {
+		return outbox.Retryable(fmt.Errorf("mqttsink: PUBLISH %s on %s: %w", topic, s.addr, err))
+	}
+	conn, maxPacket, err := s.awaitConnection(ctx, topic)
+	if err != nil {
+		return err
+	}
+	limit := uint32(maxPacketSize)
+	if maxPacket > 0 {
+		limit = maxPacket
+	}
+	if size := packetSize(p); size > int(limit) {
+		return outbox.Permanent(fmt.Errorf("mqttsink: PUBLISH %s on %s: message %d is %d bytes as a PUBLISH packet, over the broker's maximum packet size of %d", topic, s.addr, msg.ID, size, limit))
+	}
+
+	pctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(conn, func() { cancel(context.Cause(conn)) })
+	defer stop()
+
+	resp, err := s.cm.Publish(pctx, p)
+	if err == nil {
+		return nil
+	}
+	if resp != nil && resp.ReasonCode >= 0x80 {
+		reason := ""
+		if resp.Properties != nil {
+			reason = resp.Properties.ReasonString
+		}
+		return classifyPuback(resp.ReasonCode, reason, fmt.Sprintf("PUBLISH %s on %s", topic, s.addr))
+	}
+	err = fmt.Errorf("mqttsink: PUBLISH %s on %s: %w", topic, s.addr, err)
+	switch {
+	case ctx.Err() != nil:
+		return outbox.Retryable(fmt.Errorf("%w (no PUBACK yet: %w)", err, ctx.Err()))
+	case errors.Is(context.Cause(pctx), errConnectionLost):
+		return outbox.Retryable(fmt.Errorf("mqttsink: PUBLISH %s on %s: %w", topic, s.addr, errConnectionLost))
+	case errors.Is(err, paho.ErrInvalidArguments):
+		// paho refuses what the broker announced it cannot take (QoS 1
+		// above its Maximum QoS, for one): the same on every retry.
+		return outbox.Permanent(err)
+	}
+	return outbox.Retryable(err)
+}
+
+// classifyPuback maps a PUBACK failure reason code (>= 0x80) to a retryable
+// or permanent error; op names the publish in the error text.
+func classifyPuback(code byte, reason, op string) error {
+	name, known := pubackNames[code]
+	if !known {
+		name = "reason code 0x" + strconv.FormatUint(uint64(code), 16)
+	}
+	text := fmt.Sprintf("mqttsink: %s: broker answered %s (0x%02X)", op, name, code)
+	if reason != "" {
+		text += ": " + reason
+	}
+	err := errors.New(text)
+	switch code {
+	case 0x87, 0x90, 0x99:
+		// Not authorized (an ACL denies the topic), Topic Name invalid,
+		// Payload format invalid: the same message meets the same answer.
+		return outbox.Permanent(err)
+	default:
+		// Unspecified and implementation-specific errors, a packet id
+		// clash, a quota (rate or volume) that passes, and codes newer than
+		// this list.
+		return outbox.Retryable(err)
+	}
+}
+
+var pubackNames = map[byte]string{
+	0x80: "Unspecified error",
+	0x83: "Implementation specific error",
+	0x87: "Not authorized",
+	0x90: "Topic Name invalid",
+	0x91: "Packet Identifier in use",
+	0x97: "Quota exceeded",
+	0x99: "Payload format invalid",
+}
+
+// connackPermanent reports a connection refusal that only configuration can
+// fix; other refusals (server unavailable or busy, quota, rate limits) and
+// network failures pass.
+func connackPermanent(err error) bool {
+	var ce *autopaho.ConnackError
+	if !errors.As(err, &ce) {
+		return false
+	}
+	switch ce.ReasonCode {
+	case 0x84, // Unsupported Protocol Version
+		0x85, // Client Identifier not valid
+		0x86, // Bad User Name or Password
+		0x87, // Not authorized
+		0x8A, // Banned
+		0x8C: // Bad authentication method
+		return true
+	}
+	return false
+}
+
+// Close disconnects from the broker and stops the connection manager,
+// waiting up to [CloseTimeout] for it.
+func (s *Sink) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
+	defer cancel()
+	if err := s.cm.Disconnect(ctx); err != nil {
+		return fmt.Errorf("mqttsink: close: %w", err)
+	}
+	return nil
+}
+
+// sanitize makes a placeholder's value one topic level: '/' would add
+// levels, '+' and '#' are wildcards a topic name cannot hold, NUL and
+// invalid UTF-8 are not allowed in MQTT strings.
+func sanitize(v string) string {
+	v = strings.ToValidUTF8(v, "_")
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '/', '+', '#', 0:
+			return '_'
+		}
+		return r
+	}, v)
+}
+
+func checkTopic(topic string) error {
+	switch {
+	case topic == "":
+		return errors.New("empty topic name")
+	case len(topic) > 65535:
+		return errors.New("topic name longer than 65535 bytes")
+	case strings.HasPrefix(topic, "$"):
+		return errors.New("topics starting with $ are reserved for the broker")
+	}
+	return nil
+}
+
+// validUTF8 reports whether s is an MQTT UTF-8 string: valid UTF-8 without
+// U+0000, at most 65535 bytes.
+func validUTF8(s string) bool {
+	return len(s) <= 65535 && utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+}
+
+// packetSize returns the encoded size in bytes of p as a QoS 1 or 2 PUBLISH
+// packet, to compare with the broker's Maximum Packet Size before sending.
+func packetSize(p *paho.Publish) int {
+	props := 0
+	if pp := p.Properties; pp != nil {
+		if pp.PayloadFormat != nil {
+			props += 2
+		}
+		if pp.MessageExpiry != nil {
+			props += 5
+		}
+		if pp.ContentType != "" {
+			props += 3 + len(pp.ContentType)
+		}
+		if pp.ResponseTopic != "" {
+			props += 3 + len(pp.ResponseTopic)
+		}
+		if pp.CorrelationData != nil {
+			props += 3 + len(pp.CorrelationData)
+		}
+		if pp.TopicAlias != nil {
+			props += 3
+		}
+		for _, u := range pp.User {
+			props += 5 + len(u.Key) + len(u.Value)
+		}
+	}
+	remaining := 2 + len(p.Topic) + varIntLen(props) + props + len(p.Payload)
+	if p.QoS > 0 {
+		remaining += 2 // packet identifier
+	}
+	return 1 + varIntLen(remaining) + remaining
+}
+
+func varIntLen(n int) int {
+	switch {
+	case n < 128:
+		return 1
+	case n < 16384:
+		return 2
+	case n < 2097152:
+		return 3
+	}
+	return 4
+}
+
+// parseErrText drops the raw URL that *url.Error quotes, since it may hold
+// a password.
+func parseErrText(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
+
+// scrub removes whatever looks like the userinfo of rawURL from msg. A URL
+// that failed to parse has no trustworthy structure, so this is a best
+// effort on top of parseErrText.
+func scrub(msg, rawURL string) string {
+	rest := rawURL
+	if i := strings.Index(rest, "://"); i >= 0 {
+		rest = rest[i+3:]
+	}
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	at := strings.LastIndex(rest, "@")
+	if at <= 0 {
+		return msg
+	}
+	userinfo := rest[:at]
+	if _, pw, ok := strings.Cut(userinfo, ":"); ok && pw != "" {
+		msg = strings.ReplaceAll(msg, pw, "xxxxx")
+	}
+	return strings.ReplaceAll(msg, userinfo, "xxxxx")
+}
