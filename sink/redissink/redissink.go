@@ -35,6 +35,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -352,6 +353,12 @@ func (s *Sink) xadd(ctx context.Context, key string, msg *outbox.Message) error 
 			"created_at", msg.CreatedAt.UTC().Format(time.RFC3339Nano),
 			"payload", []byte(msg.Payload),
 		},
+	}
+	if len(msg.Headers) > 0 {
+		// Producer headers (trace context...) travel as one JSON field.
+		if h, err := json.Marshal(msg.Headers); err == nil {
+			a.Values = append(a.Values.([]any), "headers", h)
+		}
 	}
 	if s.maxLen > 0 {
 		a.MaxLen = s.maxLen

@@ -4,6 +4,7 @@ package sinkutil
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -26,8 +27,36 @@ const (
 // Header is one metadata pair.
 type Header struct{ Key, Value string }
 
-// Headers returns the metadata of m, in a fixed order.
+// Headers returns the metadata of m in a fixed order: the Outbox-* headers,
+// then the producer's headers (m.Headers, e.g. traceparent) sorted by name.
+// A producer header never replaces a sink's own: names starting with
+// "Outbox-" or "Nats-" (the broker's protocol headers), in any case, are
+// left out.
 func Headers(m *outbox.Message) []Header {
+	hs := ownHeaders(m)
+	if len(m.Headers) == 0 {
+		return hs
+	}
+	keys := make([]string, 0, len(m.Headers))
+	for k := range m.Headers {
+		if k == "" || reserved(k) {
+			continue
+		}
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		hs = append(hs, Header{k, m.Headers[k]})
+	}
+	return hs
+}
+
+func reserved(name string) bool {
+	lower := strings.ToLower(name)
+	return strings.HasPrefix(lower, "outbox-") || strings.HasPrefix(lower, "nats-")
+}
+
+func ownHeaders(m *outbox.Message) []Header {
 	return []Header{
 		{HeaderID, m.IDString()},
 		{HeaderEventType, m.EventType},

@@ -36,3 +36,15 @@ func TestTemplate(t *testing.T) {
 	}))
 	require.False(t, tpl.Fixed())
 }
+
+func TestHeadersPassProducerHeaders(t *testing.T) {
+	t.Parallel()
+	m := &outbox.Message{ID: 7, EventType: "E", Headers: map[string]string{
+		"traceparent": "00-abc-def-01", "x-b": "2", "OUTBOX-ID": "forged", "Nats-Msg-Id": "forged", "": "x",
+	}}
+	hs := sinkutil.Headers(m)
+	require.Equal(t, sinkutil.Header{Key: sinkutil.HeaderID, Value: "7"}, hs[0])
+	require.Equal(t, []sinkutil.Header{{Key: "traceparent", Value: "00-abc-def-01"}, {Key: "x-b", Value: "2"}}, hs[7:],
+		"producer headers follow the sink's own, sorted, and never replace them")
+	require.Len(t, sinkutil.Headers(&outbox.Message{}), 7)
+}
