@@ -21,7 +21,7 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	var db dbFlags
 	fs := newFlagSet(e, "migrate", "migrate [--dsn DSN] [--table NAME]")
 	db.register(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseLayered(e, fs, &db, args); err != nil {
 		return err
 	}
 	if err := noArgs(fs); err != nil {
@@ -51,7 +51,7 @@ func runEnqueue(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&aggregateID, "aggregate-id", "", "aggregate id (required)")
 	fs.StringVar(&eventTyp, "event-type", "", "event type (required)")
 	fs.StringVar(&payload, "payload", "", "JSON payload, - for stdin, @FILE for a file (required)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseLayered(e, fs, &db, args); err != nil {
 		return err
 	}
 	if err := noArgs(fs); err != nil {
@@ -112,7 +112,7 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&asJSON, "json", false, "print JSON (stable shape)")
 	fs.BoolVar(&watch, "watch", false, "refresh a compact view until interrupted")
 	durVar(fs, &interval, "interval", 2*time.Second, "refresh interval with --watch")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseLayered(e, fs, &db, args); err != nil {
 		return err
 	}
 	if err := noArgs(fs); err != nil {
@@ -250,7 +250,7 @@ func runDeadList(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&asJSON, "json", false, "print a JSON array (stable shape)")
 	fs.IntVar(&limit, "limit", 100, "at most this many messages")
 	fs.Int64Var(&after, "after", 0, "only ids greater than this (for paging)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseLayered(e, fs, &db, args); err != nil {
 		return err
 	}
 	if err := noArgs(fs); err != nil {
@@ -298,7 +298,7 @@ func runDeadShow(ctx context.Context, e *env, args []string) error {
 	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		pos, args = append(pos, args[0]), args[1:]
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseLayered(e, fs, &db, args); err != nil {
 		return err
 	}
 	pos = append(pos, fs.Args()...)
@@ -358,7 +358,7 @@ func runDeadMove(ctx context.Context, e *env, verb string, args []string) error 
 	if verb == "retry" {
 		fs.BoolVar(&all, "all", false, "retry every dead message")
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseLayered(e, fs, &db, args); err != nil {
 		return err
 	}
 	ids, err := parseIDs(fs.Args())
@@ -406,7 +406,7 @@ func runPurge(ctx context.Context, e *env, args []string) error {
 	db.register(fs)
 	olderFlag := durVar(fs, &olderThan, "older-than", 0, "delete done messages finished longer ago than this (e.g. 7d, 36h) (required)")
 	fs.IntVar(&batch, "batch", 1000, "rows per DELETE")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseLayered(e, fs, &db, args); err != nil {
 		return err
 	}
 	if err := noArgs(fs); err != nil {

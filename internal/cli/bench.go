@@ -47,7 +47,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&o.producers, "producers", 0, "instead of draining: measure producer insert rates with N concurrent producers (NOTIFY cost)")
 	durVar(fs, &o.duration, "duration", 10*time.Second, "length of each producer phase")
 	fs.BoolVar(&o.keep, "keep", false, "keep the bench schema afterwards")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseLayered(e, fs, &db, args); err != nil {
 		return err
 	}
 	if err := noArgs(fs); err != nil {

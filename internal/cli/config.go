@@ -267,3 +267,32 @@ func maskSecret(name, value string) string {
 	}
 	return value
 }
+
+// parseLayered parses a command's flags, then fills those not given from
+// OUTBOXD_* variables and the --config file, as run does. Keys of the file
+// that this command does not have are ignored: one file serves every
+// command (run validates it strictly).
+func parseLayered(e *env, fs *flag.FlagSet, db *dbFlags, args []string) error {
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	path := db.config
+	if path == "" {
+		path = e.getenv("OUTBOXD_CONFIG")
+	}
+	var file *configFile
+	if path != "" {
+		f, err := loadConfigFile(path, func(string) bool { return true })
+		if err != nil {
+			return err
+		}
+		for k := range f.values {
+			if k == "config" || fs.Lookup(k) == nil {
+				delete(f.values, k)
+			}
+		}
+		file = f
+	}
+	_, err := applyLayers(fs, file, e.getenv)
+	return err
+}

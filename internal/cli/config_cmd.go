@@ -44,8 +44,8 @@ func runConfig(ctx context.Context, e *env, args []string) error {
 		return usagef("routes: %v", err)
 	}
 
-	if s.configPath != "" {
-		fmt.Fprintf(e.stdout, "config file: %s\n", s.configPath)
+	if s.db.config != "" {
+		fmt.Fprintf(e.stdout, "config file: %s\n", s.db.config)
 	}
 	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "SETTING\tVALUE\tFROM")

@@ -17,13 +17,15 @@ import (
 
 // dbFlags are the connection options every command takes.
 type dbFlags struct {
-	dsn   string
-	table string
+	dsn    string
+	table  string
+	config string
 }
 
 func (d *dbFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&d.dsn, "dsn", "", "PostgreSQL connection string (default $OUTBOX_DSN, else the libpq environment)")
 	fs.StringVar(&d.table, "table", outbox.TableDefault, "outbox table, NAME or SCHEMA.NAME")
+	fs.StringVar(&d.config, "config", "", "YAML config file (default $OUTBOXD_CONFIG); flags and OUTBOXD_* variables override it")
 }
 
 // resolveDSN applies the precedence --dsn > $OUTBOX_DSN > libpq environment

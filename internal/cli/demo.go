@@ -45,7 +45,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	fs.Float64Var(&failRate, "fail-rate", 0.05, "share of first attempts that fail transiently, to show retries")
 	fs.StringVar(&sinkURL, "sink", "stdout:", "sink URL")
 	fs.BoolVar(&keepSchema, "keep", false, "keep the demo schema (with --dsn)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseLayered(e, fs, &db, args); err != nil {
 		return err
 	}
 	if err := noArgs(fs); err != nil {

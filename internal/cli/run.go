@@ -12,10 +12,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxd/outbox"
 	"github.com/outboxd/outbox/metrics"
 	"github.com/outboxd/outbox/sink/route"
+	"github.com/outboxd/outbox/tracing"
 )
 
 // runFlags are the dispatcher options shared by run, demo and bench.
@@ -140,7 +142,6 @@ type runSetup struct {
 	rf          runFlags
 	lf          logFlags
 	drain       bool
-	configPath  string
 	routes      routeFlags
 	fileRoutes  []routeSpec
 	fs          *flag.FlagSet
@@ -156,7 +157,6 @@ func newRunSetup(e *env, name, synopsis string) *runSetup {
 	s.fs.Var(&s.secrets, "webhook-secret", "sign webhooks (Standard Webhooks) with this whsec_ secret; repeat or comma-separate to rotate keys, newest first (prefer $OUTBOXD_WEBHOOK_SECRET)")
 	s.fs.StringVar(&s.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this address (e.g. :9090)")
 	durVar(s.fs, &s.retention, "retention", 0, "purge done rows older than this in the background (e.g. 7d); 0 = keep them")
-	s.fs.StringVar(&s.configPath, "config", "", "YAML config file (default $OUTBOXD_CONFIG); flags and OUTBOXD_* variables override it")
 	s.fs.Var(&s.routes, "route", "route FILTER[,FILTER]=URL, e.g. event_type=Order*=http://orders/hook (repeatable; replaces the file's routes)")
 	return s
 }
@@ -169,13 +169,13 @@ func (s *runSetup) parse(e *env, args []string) error {
 	if err := noArgs(s.fs); err != nil {
 		return err
 	}
-	if s.configPath == "" {
-		s.configPath = e.getenv("OUTBOXD_CONFIG")
+	if s.db.config == "" {
+		s.db.config = e.getenv("OUTBOXD_CONFIG")
 	}
 	var file *configFile
-	if s.configPath != "" {
+	if s.db.config != "" {
 		known := func(k string) bool { return k != "config" && k != "route" && s.fs.Lookup(k) != nil }
-		f, err := loadConfigFile(s.configPath, known)
+		f, err := loadConfigFile(s.db.config, known)
 		if err != nil {
 			return err
 		}
@@ -212,8 +212,8 @@ func (s *runSetup) hasDefaultSink() bool {
 
 // openSinks builds the sink the configuration describes: the --sink URL
 // alone, or a router over the routes with --sink as its default.
-func (s *runSetup) openSinks(e *env, logger *slog.Logger) (outbox.Sink, *route.Router, error) {
-	se := &sinkEnv{stdout: e.stdout, secrets: s.secrets, logger: logger}
+func (s *runSetup) openSinks(e *env, logger *slog.Logger, tracer trace.TracerProvider) (outbox.Sink, *route.Router, error) {
+	se := &sinkEnv{stdout: e.stdout, secrets: s.secrets, logger: logger, tracer: tracer}
 	routes := s.allRoutes()
 	if len(routes) == 0 {
 		sink, err := openSink(s.rf.sink, se)
@@ -277,7 +277,25 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	sink, router, err := s.openSinks(e, logger)
+	// Tracing is configured by the standard OTEL_* variables only; with none
+	// set, sinks are not wrapped and tracing costs nothing.
+	tp, shutdownTracing, tracingOn, err := tracing.Setup(ctx)
+	if err != nil {
+		return usagef("tracing: %v", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(sctx); err != nil {
+			logger.Warn("flushing traces", slog.Any("error", err))
+		}
+	}()
+	var tracer trace.TracerProvider
+	if tracingOn {
+		tracer = tp
+		logger.Info("tracing on (OTLP over HTTP, from OTEL_* variables)")
+	}
+	sink, router, err := s.openSinks(e, logger, tracer)
 	if err != nil {
 		return err
 	}

@@ -9,10 +9,17 @@ import (
 	"sort"
 	"strings"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/sink/amqpsink"
 	"github.com/outboxd/outbox/sink/httpsink"
+	"github.com/outboxd/outbox/sink/kafkasink"
+	"github.com/outboxd/outbox/sink/mqttsink"
 	"github.com/outboxd/outbox/sink/natssink"
+	"github.com/outboxd/outbox/sink/redissink"
 	"github.com/outboxd/outbox/sink/stdoutsink"
+	"github.com/outboxd/outbox/tracing"
 )
 
 // sinkEnv is what sink constructors may need besides the URL.
@@ -20,6 +27,8 @@ type sinkEnv struct {
 	stdout  io.Writer
 	secrets []string // webhook signing secrets (whsec_...)
 	logger  *slog.Logger
+	// tracer, when set, wraps every sink in a PRODUCER span per publish.
+	tracer trace.TracerProvider
 }
 
 // sinkFactories maps a --sink URL scheme to its constructor. Each sink
@@ -31,6 +40,29 @@ var sinkFactories = map[string]func(rawURL string, se *sinkEnv) (outbox.Sink, er
 	"https":    newHTTPSink,
 	"nats":     newNATSSink,
 	"nats+tls": newNATSSink,
+	"amqp":     newAMQPSink,
+	"amqps":    newAMQPSink,
+	"kafka":    newKafkaSink,
+	"redis":    newRedisSink,
+	"rediss":   newRedisSink,
+	"mqtt":     newMQTTSink,
+	"mqtts":    newMQTTSink,
+}
+
+func newAMQPSink(rawURL string, se *sinkEnv) (outbox.Sink, error) {
+	return amqpsink.New(rawURL, &amqpsink.Options{Logger: se.logger})
+}
+
+func newKafkaSink(rawURL string, se *sinkEnv) (outbox.Sink, error) {
+	return kafkasink.New(rawURL, &kafkasink.Options{Logger: se.logger})
+}
+
+func newRedisSink(rawURL string, se *sinkEnv) (outbox.Sink, error) {
+	return redissink.New(rawURL, &redissink.Options{Logger: se.logger})
+}
+
+func newMQTTSink(rawURL string, se *sinkEnv) (outbox.Sink, error) {
+	return mqttsink.New(rawURL, &mqttsink.Options{Logger: se.logger})
 }
 
 func newNATSSink(rawURL string, se *sinkEnv) (outbox.Sink, error) {
@@ -48,6 +80,26 @@ var sinkCheckers = map[string]func(rawURL string) error{
 	"https":    checkHTTPURL,
 	"nats":     natssink.CheckURL,
 	"nats+tls": natssink.CheckURL,
+	"amqp":     amqpsink.CheckURL,
+	"amqps":    amqpsink.CheckURL,
+	"kafka":    checkByOpening(newKafkaSink),
+	"redis":    checkByOpening(newRedisSink),
+	"rediss":   checkByOpening(newRedisSink),
+	"mqtt":     checkByOpening(newMQTTSink),
+	"mqtts":    checkByOpening(newMQTTSink),
+}
+
+// checkByOpening validates a URL by building the sink and closing it again:
+// for sinks whose constructor parses everything but does not wait on the
+// network.
+func checkByOpening(open func(string, *sinkEnv) (outbox.Sink, error)) func(string) error {
+	return func(rawURL string) error {
+		s, err := open(rawURL, &sinkEnv{stdout: io.Discard, logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			return err
+		}
+		return s.Close()
+	}
 }
 
 func checkHTTPURL(rawURL string) error {
@@ -91,6 +143,9 @@ func openSink(rawURL string, se *sinkEnv) (outbox.Sink, error) {
 	s, err := sinkFactories[scheme](bareScheme(rawURL), se)
 	if err != nil {
 		return nil, usagef("--sink %s: %s", redactURL(rawURL), strings.TrimPrefix(err.Error(), scheme+"sink: "))
+	}
+	if se.tracer != nil {
+		s = tracing.WrapSink(s, &tracing.Options{TracerProvider: se.tracer, System: tracing.SystemForScheme(scheme)})
 	}
 	return s, nil
 }

@@ -39,8 +39,10 @@ type Received struct {
 
 // Receiver reads what a sink delivered to its destination.
 type Receiver interface {
-	// Receive waits up to timeout for n messages and returns them in arrival
-	// order. It returns early with fewer only when the timeout passes.
+	// Receive waits up to timeout for n messages that arrived since the
+	// previous call (or since the destination was created, on the first) and
+	// returns them in arrival order. It returns fewer only when the timeout
+	// passes.
 	Receive(t *testing.T, n int, timeout time.Duration) []Received
 }
 
