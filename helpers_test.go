@@ -26,7 +26,7 @@ type testBundle struct {
 }
 
 // setup creates a schema for the test and migrates an outbox table in it.
-func setup(t *testing.T) *testBundle {
+func setup(t testing.TB) *testBundle {
 	t.Helper()
 	pool := testdb.Pool(t)
 	schema := testdb.NewSchema(t)
