@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -78,7 +77,7 @@ func CheckURL(rawURL string) error {
 func parseURL(rawURL string) (*config, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("amqpsink: malformed URL: %s", scrub(parseErrText(err), rawURL))
+		return nil, fmt.Errorf("amqpsink: malformed URL: %s", sinkutil.Scrub(sinkutil.ParseErrText(err), rawURL))
 	}
 	switch u.Scheme {
 	case "amqp", "amqps":
@@ -95,7 +94,7 @@ func parseURL(rawURL string) (*config, error) {
 	}
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
-		return nil, fmt.Errorf("amqpsink: malformed URL query: %s", scrub(err.Error(), rawURL))
+		return nil, fmt.Errorf("amqpsink: malformed URL query: %s", sinkutil.Scrub(err.Error(), rawURL))
 	}
 
 	c := &config{
@@ -174,7 +173,7 @@ func parseURL(rawURL string) (*config, error) {
 	c.dialURL = dial.String()
 	parsed, err := amqp.ParseURI(c.dialURL)
 	if err != nil {
-		return nil, fmt.Errorf("amqpsink: invalid AMQP URI: %s", scrub(err.Error(), rawURL))
+		return nil, fmt.Errorf("amqpsink: invalid AMQP URI: %s", sinkutil.Scrub(err.Error(), rawURL))
 	}
 	c.vhost = parsed.Vhost
 	shown := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}
@@ -204,36 +203,4 @@ func parseBool(key, v string) (bool, error) {
 		return false, fmt.Errorf("amqpsink: %s must be true or false, got %q", key, v)
 	}
 	return b, nil
-}
-
-// parseErrText drops the raw URL that *url.Error quotes, since it may hold a
-// password.
-func parseErrText(err error) string {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err.Error()
-	}
-	return err.Error()
-}
-
-// scrub removes whatever looks like the userinfo of rawURL from msg. A URL
-// that failed to parse has no trustworthy structure, so this is a best
-// effort on top of parseErrText.
-func scrub(msg, rawURL string) string {
-	rest := rawURL
-	if i := strings.Index(rest, "://"); i >= 0 {
-		rest = rest[i+3:]
-	}
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		rest = rest[:i]
-	}
-	at := strings.LastIndex(rest, "@")
-	if at <= 0 {
-		return msg
-	}
-	userinfo := rest[:at]
-	if _, pw, ok := strings.Cut(userinfo, ":"); ok && pw != "" {
-		msg = strings.ReplaceAll(msg, pw, "xxxxx")
-	}
-	return strings.ReplaceAll(msg, userinfo, "xxxxx")
 }

@@ -53,7 +53,7 @@ func parseURL(rawURL string) (*config, error) {
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("natssink: malformed URL: %s", scrub(parseErrText(err), rawURL))
+		return nil, fmt.Errorf("natssink: malformed URL: %s", sinkutil.Scrub(sinkutil.ParseErrText(err), rawURL))
 	}
 	cfg := &config{
 		connectTimeout: ConnectTimeoutDefault,
@@ -254,36 +254,4 @@ func hasControl(s string) bool {
 		}
 	}
 	return false
-}
-
-// parseErrText drops the raw URL that *url.Error quotes, since it may hold
-// a password.
-func parseErrText(err error) string {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err.Error()
-	}
-	return err.Error()
-}
-
-// scrub removes whatever looks like the userinfo of rawURL from msg. A URL
-// that failed to parse has no trustworthy structure, so this is a best
-// effort on top of parseErrText.
-func scrub(msg, rawURL string) string {
-	rest := rawURL
-	if i := strings.Index(rest, "://"); i >= 0 {
-		rest = rest[i+3:]
-	}
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		rest = rest[:i]
-	}
-	at := strings.LastIndex(rest, "@")
-	if at <= 0 {
-		return msg
-	}
-	userinfo := rest[:at]
-	if _, pw, ok := strings.Cut(userinfo, ":"); ok && pw != "" {
-		msg = strings.ReplaceAll(msg, pw, "xxxxx")
-	}
-	return strings.ReplaceAll(msg, userinfo, "xxxxx")
 }

@@ -1,6 +1,7 @@
 package sinkutil_test
 
 import (
+	"net/url"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -47,4 +48,14 @@ func TestHeadersPassProducerHeaders(t *testing.T) {
 	require.Equal(t, []sinkutil.Header{{Key: "traceparent", Value: "00-abc-def-01"}, {Key: "x-b", Value: "2"}}, hs[7:],
 		"producer headers follow the sink's own, sorted, and never replace them")
 	require.Len(t, sinkutil.Headers(&outbox.Message{}), 7)
+}
+
+func TestScrub(t *testing.T) {
+	t.Parallel()
+	raw := "amqp://user:s3cret@host:5672/%zz"
+	require.Equal(t, "bad user:xxxxx here, xxxxx", sinkutil.Scrub("bad user:s3cret here, s3cret", raw))
+	require.Equal(t, "untouched", sinkutil.Scrub("untouched", "amqp://host/x"))
+	_, err := url.Parse(raw)
+	require.Error(t, err)
+	require.NotContains(t, sinkutil.ParseErrText(err), "s3cret")
 }
