@@ -70,12 +70,14 @@ func New(table string) (*Store, error) {
 	load := func(name string) string { return r.Replace(raw(name)) }
 	// Templates are assembled before the names go in: a name may contain
 	// "{{ordered_guard}}" or "$$" itself.
-	claim := raw("sql/claim.sql")
+	reap := strings.TrimSuffix(strings.TrimSpace(stripComments(raw("sql/reap.sql"))), ",") + ","
+	claim := strings.ReplaceAll(raw("sql/claim.sql"), "{{reap}}", reap)
+	claimOrdered := strings.ReplaceAll(raw("sql/claim_ordered.sql"), "{{reap}}", reap)
 	migrate := strings.ReplaceAll(migrations(raw), "$$", dollarTag(t.String()))
 	return &Store{
 		Table:        t,
 		claim:        r.Replace(claim),
-		claimOrdered: load("sql/claim_ordered.sql"),
+		claimOrdered: r.Replace(claimOrdered),
 		finalize:     load("sql/finalize.sql"),
 		resolve:      load("sql/resolve.sql"),
 		wait:         load("sql/wait.sql"),
@@ -96,6 +98,19 @@ func New(table string) (*Store, error) {
 			Done:  load("sql/seed_done.sql"),
 		},
 	}, nil
+}
+
+// stripComments drops whole-line SQL comments from a fragment spliced into
+// another statement.
+func stripComments(sql string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(sql, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
+			b.WriteString(line)
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
 }
 
 // migrations returns every migration in order, as one script. Each one is

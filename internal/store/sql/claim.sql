@@ -5,23 +5,7 @@
 -- The two sources are separate index-driven scans on purpose: one
 -- "pending OR expired ORDER BY id" predicate is planned as a primary-key walk
 -- that reads every done row before it finds a pending one.
-WITH cleared AS (
-    DELETE FROM {{waiters}} WHERE $5::boolean AND owner = $1
-),
-reaped AS (
-    UPDATE {{table}}
-    SET status = 'dead',
-        last_error = 'lease expired after max attempts (worker crash?)',
-        lease_owner = NULL,
-        lease_until = NULL
-    WHERE id = ANY (ARRAY(
-        SELECT id FROM {{table}}
-        WHERE status = 'processing' AND lease_until < now() AND attempts >= $4
-        ORDER BY lease_until
-        LIMIT 1000
-        FOR UPDATE SKIP LOCKED
-    ))
-),
+WITH {{reap}}
 expired AS (
     SELECT o.id FROM {{table}} AS o
     WHERE o.status = 'processing' AND o.lease_until < now() AND o.attempts < $4

@@ -14,23 +14,7 @@
 -- It returns at least one row: the claimed rows, each with the cursor for
 -- the next claim, or one row of NULLs but for the cursor when none was
 -- claimed. The cursor is NULL when the sweep reached the last aggregate.
-WITH RECURSIVE cleared AS (
-    DELETE FROM {{waiters}} WHERE $5::boolean AND owner = $1
-),
-reaped AS (
-    UPDATE {{table}}
-    SET status = 'dead',
-        last_error = 'lease expired after max attempts (worker crash?)',
-        lease_owner = NULL,
-        lease_until = NULL
-    WHERE id = ANY (ARRAY(
-        SELECT id FROM {{table}}
-        WHERE status = 'processing' AND lease_until < now() AND attempts >= $4
-        ORDER BY lease_until
-        LIMIT 1000
-        FOR UPDATE SKIP LOCKED
-    ))
-),
+WITH RECURSIVE {{reap}}
 walk AS (
     SELECT s.aggregate_id, s.id, s.ok, s.ok::int AS found, 1 AS n
     FROM (SELECT h.aggregate_id, h.id,
