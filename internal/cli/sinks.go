@@ -85,8 +85,8 @@ var sinkCheckers = map[string]func(rawURL string) error{
 	"kafka":    checkByOpening(newKafkaSink),
 	"redis":    checkByOpening(newRedisSink),
 	"rediss":   checkByOpening(newRedisSink),
-	"mqtt":     checkByOpening(newMQTTSink),
-	"mqtts":    checkByOpening(newMQTTSink),
+	"mqtt":     mqttsink.CheckURL,
+	"mqtts":    mqttsink.CheckURL,
 }
 
 // checkByOpening validates a URL by building the sink and closing it again:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -89,8 +90,9 @@ func parseURL(rawURL string) (*config, error) {
 	if u.Hostname() == "" {
 		return nil, fmt.Errorf("amqpsink: URL has no host; want %s://user:pass@host:port/vhost", u.Scheme)
 	}
-	if u.Fragment != "" {
-		return nil, errors.New("amqpsink: URL must not have a #fragment")
+	if u.Fragment != "" || strings.Contains(rawURL, "#") {
+		// Even a bare trailing "#" would silently cut what follows it.
+		return nil, errors.New("amqpsink: URL must not contain a raw '#' (it starts a fragment that would be dropped); write %23")
 	}
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {

@@ -133,27 +133,34 @@ type Sink struct {
 
 var _ outbox.Sink = (*Sink)(nil)
 
-// New returns a Sink for rawURL:
-//
-//	mqtt://[user:password@]host[:port][?param=value&...]
-//	mqtts://... (TLS)
-//
-// with the query parameters topic (topic template, default
-// [TopicDefault]), client_id (default [ClientIDPrefix] plus 16 random hex
-// digits), keepalive (a Go duration, default [KeepAliveDefault]) and
-// connect_timeout (default [ConnectTimeoutDefault]). The port defaults to
-// 1883, or 8883 for mqtts.
-//
-// New returns at once: the connection is made in the background and kept up
-// until Close. A broker that is down at New gives a Sink whose publishes wait
-// for the connection until their context ends, then fail as retryable.
-func New(rawURL string, opts *Options) (*Sink, error) {
-	if opts == nil {
-		opts = &Options{}
+// CheckURL validates an MQTT sink URL without connecting anywhere.
+func CheckURL(rawURL string) error {
+	_, err := parseURL(rawURL)
+	return err
+}
+
+// urlConfig is what a sink URL says.
+type urlConfig struct {
+	u                         *url.URL
+	host, port                string
+	topic                     *sinkutil.Template
+	clientID                  string
+	keepAlive, connectTimeout time.Duration
+}
+
+func parseURL(rawURL string) (*urlConfig, error) {
+	// A raw "#" would start the URL's fragment and "+" in a query means a
+	// space: both would silently change the topic, so both must be
+	// percent-encoded (%23, %2B) to be meant literally.
+	if strings.Contains(rawURL, "#") {
+		return nil, errors.New("mqttsink: a raw '#' in the URL starts a fragment and would be dropped; write %23 if you mean it (MQTT wildcards cannot be published to anyway)")
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("mqttsink: malformed URL: %s", sinkutil.Scrub(sinkutil.ParseErrText(err), rawURL))
+	}
+	if strings.Contains(u.RawQuery, "+") {
+		return nil, errors.New("mqttsink: a raw '+' in the query (topic=...) means a space; write %20 for a space or %2B for a plus (MQTT wildcards cannot be published to anyway)")
 	}
 	port := ""
 	switch u.Scheme {
@@ -219,6 +226,33 @@ func New(rawURL string, opts *Options) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mqttsink: topic=%q: %w", topicText, err)
 	}
+	return &urlConfig{u: u, host: host, port: port, topic: tpl, clientID: clientID,
+		keepAlive: keepAlive, connectTimeout: connectTimeout}, nil
+}
+
+// New returns a Sink for rawURL:
+//
+//	mqtt://[user:password@]host[:port][?param=value&...]
+//	mqtts://... (TLS)
+//
+// with the query parameters topic (topic template, default
+// [TopicDefault]), client_id (default [ClientIDPrefix] plus 16 random hex
+// digits), keepalive (a Go duration, default [KeepAliveDefault]) and
+// connect_timeout (default [ConnectTimeoutDefault]). The port defaults to
+// 1883, or 8883 for mqtts.
+//
+// New returns at once: the connection is made in the background and kept up
+// until Close. A broker that is down at New gives a Sink whose publishes wait
+// for the connection until their context ends, then fail as retryable.
+func New(rawURL string, opts *Options) (*Sink, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	c, err := parseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	u, host, port, tpl, clientID, keepAlive, connectTimeout := c.u, c.host, c.port, c.topic, c.clientID, c.keepAlive, c.connectTimeout
 	if clientID == "" {
 		var b [8]byte
 		_, _ = rand.Read(b[:])

@@ -72,8 +72,9 @@ func parseURL(rawURL string) (*config, error) {
 	if u.Path != "" && u.Path != "/" {
 		return nil, fmt.Errorf("natssink: URL path %q is not used; put the subject in ?subject=", u.Path)
 	}
-	if u.Fragment != "" {
-		return nil, errors.New("natssink: URL must not have a fragment")
+	if u.Fragment != "" || strings.Contains(rawURL, "#") {
+		// Even a bare trailing "#" would silently cut what follows it.
+		return nil, errors.New("natssink: URL must not contain a raw '#' (it starts a fragment that would be dropped); write %23")
 	}
 	if err := cfg.parseUser(u.User); err != nil {
 		return nil, err

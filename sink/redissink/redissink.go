@@ -148,6 +148,9 @@ func New(rawURL string, opts *Options) (*Sink, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
+	if strings.Contains(rawURL, "#") {
+		return nil, errors.New("redissink: URL must not contain a raw '#' (it starts a fragment that would be dropped); write %23")
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("redissink: malformed URL: %s", sinkutil.Scrub(sinkutil.ParseErrText(err), rawURL))
