@@ -25,3 +25,18 @@ fmt: ## gofmt the tree
 lint: ## gofmt check and go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
+
+.PHONY: chaos chaos-ci chaos-soak
+
+# Where the chaos suite writes one directory per run (report.json, events,
+# deliveries, worker logs).
+CHAOS_OUT ?= $(CURDIR)/tmp/chaos
+
+chaos: ## fault-injection suite, verbose: failpoint matrix + 90 s of random faults (CHAOS_SEED replays)
+	CHAOS_OUT=$(CHAOS_OUT) $(GO) test -tags chaos -count=1 -parallel 1 -timeout 10m -v -run 'TestChecker|TestFailpointMatrix|TestRandomFaults' ./chaos/
+
+chaos-ci: ## the chaos tiers CI runs (tiers 1 and 2, about 3 minutes)
+	CHAOS_OUT=$(CHAOS_OUT) $(GO) test -tags chaos -count=1 -parallel 1 -timeout 8m -run 'TestChecker|TestFailpointMatrix|TestRandomFaults' ./chaos/
+
+chaos-soak: ## random faults for CHAOS_DURATION (default 30m), by hand
+	CHAOS_OUT=$(CHAOS_OUT) CHAOS_DURATION=$${CHAOS_DURATION:-30m} $(GO) test -tags chaos -count=1 -timeout 3h -v -run TestSoak ./chaos/

@@ -39,9 +39,11 @@ type Dispatcher struct {
 	stats     counters
 
 	// flights are the claimed rows not yet finalized, for heartbeats; only
-	// kept when heartbeats are on.
+	// kept when heartbeats are on. Keyed by lease, not row: a dispatcher
+	// that lost a lease may claim the row again before the old lease's
+	// publish has ended, and settling the old one must not drop the new.
 	flightsMu sync.Mutex
-	flights   map[int64]*job
+	flights   map[store.Lease]*job
 
 	mu      sync.Mutex
 	running bool
@@ -74,7 +76,7 @@ func NewDispatcher(pool *pgxpool.Pool, sink Sink, cfg *Config) (*Dispatcher, err
 	}
 	return &Dispatcher{
 		hook:    hook,
-		flights: map[int64]*job{},
+		flights: map[store.Lease]*job{},
 		cfg:     c,
 		pool:    pool,
 		sink:    sink,
@@ -169,6 +171,7 @@ type job struct {
 }
 
 func (j *job) setDeadline(t time.Time) { j.deadline.Store(t.UnixNano()) }
+func (j *job) lease() store.Lease      { return store.Lease{ID: j.msg.ID, Version: j.msg.FencingToken} }
 func (j *job) untilDeadline() time.Duration {
 	return time.Until(time.Unix(0, j.deadline.Load()))
 }
@@ -345,7 +348,7 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 				j.setDeadline(deadline)
 				if d.cfg.HeartbeatInterval > 0 {
 					d.flightsMu.Lock()
-					d.flights[j.msg.ID] = j
+					d.flights[j.lease()] = j
 					d.flightsMu.Unlock()
 				}
 				jobs <- j
@@ -584,7 +587,7 @@ func (d *Dispatcher) forget(batch []result) {
 	}
 	d.flightsMu.Lock()
 	for i := range batch {
-		delete(d.flights, batch[i].job.msg.ID)
+		delete(d.flights, batch[i].job.lease())
 	}
 	d.flightsMu.Unlock()
 }
@@ -613,7 +616,7 @@ func (d *Dispatcher) heartbeat(ctx context.Context) {
 		}
 		leases := make([]store.Lease, len(held))
 		for i, j := range held {
-			leases[i] = store.Lease{ID: j.msg.ID, Version: j.msg.FencingToken}
+			leases[i] = j.lease()
 		}
 		start := time.Now()
 		hctx, cancel := context.WithTimeout(ctx, d.cfg.HeartbeatInterval)
@@ -623,7 +626,7 @@ func (d *Dispatcher) heartbeat(ctx context.Context) {
 		lost := 0
 		for _, j := range held {
 			switch {
-			case err == nil && extended[j.msg.ID]:
+			case err == nil && extended[j.lease()]:
 				j.setDeadline(start.Add(d.cfg.Lease - d.cfg.Lease/10))
 			case err == nil, j.untilDeadline() <= 0:
 				lost++

@@ -415,10 +415,12 @@ func (s *Store) Finalize(ctx context.Context, db DB, owner string, outcomes []Ou
 	if err != nil {
 		return nil, translate(err)
 	}
-	held := make(map[int64]struct{}, n)
-	var id int64
-	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
-		held[id] = struct{}{}
+	// Keyed by lease, not id: one batch may hold two leases of a row (a
+	// stale one and the one that replaced it), and only one of them held.
+	held := make(map[Lease]struct{}, n)
+	var l Lease
+	_, err = pgx.ForEachRow(rows, []any{&l.ID, &l.Version}, func() error {
+		held[l] = struct{}{}
 		return nil
 	})
 	if err != nil {
@@ -426,7 +428,7 @@ func (s *Store) Finalize(ctx context.Context, db DB, owner string, outcomes []Ou
 	}
 	out := make([]bool, n)
 	for i, o := range outcomes {
-		_, out[i] = held[o.ID]
+		_, out[i] = held[Lease{ID: o.ID, Version: o.LeaseVersion}]
 	}
 	return out, nil
 }
@@ -445,8 +447,8 @@ type Lease struct {
 }
 
 // Heartbeat extends the leases to now() + lease where they still hold, in
-// one statement, and returns the set of ids whose lease was extended.
-func (s *Store) Heartbeat(ctx context.Context, db DB, owner string, leases []Lease, lease time.Duration) (map[int64]bool, error) {
+// one statement, and returns the set of leases extended.
+func (s *Store) Heartbeat(ctx context.Context, db DB, owner string, leases []Lease, lease time.Duration) (map[Lease]bool, error) {
 	ids := make([]int64, len(leases))
 	versions := make([]int64, len(leases))
 	for i, l := range leases {
@@ -456,9 +458,9 @@ func (s *Store) Heartbeat(ctx context.Context, db DB, owner string, leases []Lea
 	if err != nil {
 		return nil, translate(err)
 	}
-	held := make(map[int64]bool, len(leases))
-	var id int64
-	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { held[id] = true; return nil }); err != nil {
+	held := make(map[Lease]bool, len(leases))
+	var l Lease
+	if _, err := pgx.ForEachRow(rows, []any{&l.ID, &l.Version}, func() error { held[l] = true; return nil }); err != nil {
 		return nil, translate(err)
 	}
 	return held, nil

@@ -1,7 +1,7 @@
 -- Finalize a batch of outcomes in one statement. Each row is written only if
 -- its fence still holds (still processing, same lease_version, same owner);
--- RETURNING names the rows whose fence held, so the caller learns per message
--- whether its lease was lost.
+-- RETURNING names the leases (id and version) whose fence held, so the caller
+-- learns per message whether its lease was lost.
 -- $1 owner, $2 ids, $3 lease versions, $4 new statuses,
 -- $5 delays in microseconds (pending only), $6 attempts to refund, $7 errors ('' keeps the previous one).
 UPDATE {{table}} AS o
@@ -25,4 +25,4 @@ WHERE o.id = ANY ($2::bigint[])
   AND o.status = 'processing'
   AND o.lease_version = r.version
   AND o.lease_owner = $1
-RETURNING o.id
+RETURNING o.id, o.lease_version

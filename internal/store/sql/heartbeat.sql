@@ -1,5 +1,5 @@
 -- Heartbeat: extend the leases of rows this owner still holds, fenced like
--- every other write; RETURNING names the rows whose lease was extended, so
+-- every other write; RETURNING names the leases (id and version) extended, so
 -- the caller learns which leases are lost.
 -- $1 owner, $2 ids, $3 lease versions, $4 lease (µs).
 UPDATE {{table}} AS o
@@ -10,4 +10,4 @@ WHERE o.id = ANY ($2::bigint[])
   AND o.status = 'processing'
   AND o.lease_version = r.version
   AND o.lease_owner = $1
-RETURNING o.id
+RETURNING o.id, o.lease_version

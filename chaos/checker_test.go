@@ -1,0 +1,749 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+// counts are the checker's figures for one table (and, summed, a run).
+type counts struct {
+	Committed        int `json:"committed"`
+	RolledBack       int `json:"rolled_back"`
+	UncertainCommits int `json:"uncertain_commits"`          // COMMIT failed: resolved against the table
+	UncertainLanded  int `json:"uncertain_commits_resolved"` // ... and the row exists (so it is committed)
+	DeliveredUnique  int `json:"delivered_unique"`
+	Deliveries       int `json:"deliveries"`
+
+	// Must be zero.
+	Lost                  int `json:"lost"`
+	Phantom               int `json:"phantom"`
+	FalseDone             int `json:"false_done"`
+	Stuck                 int `json:"stuck"`
+	StaleFinalize         int `json:"stale_finalize"`
+	OrderingViolations    int `json:"ordering_violations"`
+	UnexplainedDuplicates int `json:"unexplained_duplicates"`
+	Corrupted             int `json:"corrupted"`
+	AuditAnomalies        int `json:"audit_anomalies"`
+
+	// Reported only.
+	Duplicates        int            `json:"duplicates"`
+	DuplicatesByCause map[string]int `json:"duplicates_by_cause"`
+	Dead              int            `json:"dead"`
+	DeadUndelivered   int            `json:"dead_undelivered"`
+	BlockedBehindDead int            `json:"blocked_behind_dead"`
+	Claims            int            `json:"claims"`
+	Reaped            int            `json:"reaped"`
+	Retried           int            `json:"finalized_pending"`
+	OrderingDetail    map[string]int `json:"ordering_violations_by_check,omitempty"`
+	// Examples name a few offending rows per non-zero must-be-zero counter.
+	Examples map[string][]string `json:"examples,omitempty"`
+}
+
+func (c *counts) example(key, format string, args ...any) {
+	if c.Examples == nil {
+		c.Examples = map[string][]string{}
+	}
+	if len(c.Examples[key]) < 8 {
+		c.Examples[key] = append(c.Examples[key], fmt.Sprintf(format, args...))
+	}
+}
+
+func (c *counts) add(o *counts) {
+	c.Committed += o.Committed
+	c.RolledBack += o.RolledBack
+	c.UncertainCommits += o.UncertainCommits
+	c.UncertainLanded += o.UncertainLanded
+	c.DeliveredUnique += o.DeliveredUnique
+	c.Deliveries += o.Deliveries
+	c.Lost += o.Lost
+	c.Phantom += o.Phantom
+	c.FalseDone += o.FalseDone
+	c.Stuck += o.Stuck
+	c.StaleFinalize += o.StaleFinalize
+	c.OrderingViolations += o.OrderingViolations
+	c.UnexplainedDuplicates += o.UnexplainedDuplicates
+	c.Corrupted += o.Corrupted
+	c.AuditAnomalies += o.AuditAnomalies
+	c.Duplicates += o.Duplicates
+	c.Dead += o.Dead
+	c.DeadUndelivered += o.DeadUndelivered
+	c.BlockedBehindDead += o.BlockedBehindDead
+	c.Claims += o.Claims
+	c.Reaped += o.Reaped
+	c.Retried += o.Retried
+	if c.DuplicatesByCause == nil {
+		c.DuplicatesByCause = map[string]int{}
+	}
+	for k, v := range o.DuplicatesByCause {
+		c.DuplicatesByCause[k] += v
+	}
+	for k, v := range o.Examples {
+		for _, e := range v {
+			c.example(k, "%s", e)
+		}
+	}
+}
+
+// report is the one JSON document a run writes.
+type report struct {
+	Run     string `json:"run"`
+	Tier    string `json:"tier"`
+	Seed    uint64 `json:"seed"`
+	Replay  string `json:"replay"`
+	Started string `json:"started"`
+	counts
+	FencedFinalizes  int                `json:"fenced_finalizes"`
+	Refused          map[string]int     `json:"sink_refusals"`
+	ProducerTxErrors int                `json:"producer_tx_errors"`
+	Incarnations     int                `json:"incarnations"`
+	FaultCounts      map[string]int     `json:"fault_counts"`
+	PhaseSeconds     float64            `json:"fault_phase_seconds"`
+	DrainSeconds     float64            `json:"final_drain_seconds"`
+	Latency          map[string]pctiles `json:"delivery_latency_ms"`
+	Throughput       map[string]float64 `json:"acks_per_second"`
+	Recovery         recoveryStats      `json:"recovery_ms"`
+	Groups           map[string]*counts `json:"groups"`
+	Faults           []event            `json:"faults"`
+}
+
+type pctiles struct {
+	N   int     `json:"n"`
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+type recoveryStats struct {
+	ByKind map[string]pctiles `json:"by_kind"`
+}
+
+// failures lists the must-be-zero counters that are not.
+func (r *report) failures() []string {
+	var out []string
+	for _, f := range []struct {
+		name string
+		n    int
+	}{
+		{"lost", r.Lost}, {"phantom", r.Phantom}, {"false_done", r.FalseDone}, {"stuck", r.Stuck},
+		{"stale_finalize", r.StaleFinalize}, {"ordering_violations", r.OrderingViolations},
+		{"unexplained_duplicates", r.UnexplainedDuplicates}, {"corrupted", r.Corrupted},
+		{"audit_anomalies", r.AuditAnomalies},
+	} {
+		if f.n != 0 {
+			out = append(out, fmt.Sprintf("%s=%d", f.name, f.n))
+		}
+	}
+	return out
+}
+
+type rowState struct {
+	status    string
+	version   int64
+	agg       string
+	lastError string
+}
+
+type auditRec struct {
+	seq                      int64
+	id                       int64
+	at, xactNow              time.Time
+	app                      string
+	oldStatus, newStatus     string
+	oldVersion, newVersion   int64
+	oldOwner, newOwner       string
+	oldAttempts, newAttempts int
+	oldLeaseUntil            *time.Time
+	lastError                string
+}
+
+// isLifecycle tells process lifecycle events from faults.
+func isLifecycle(kind string) bool { return kind == "start" || kind == "exit" || kind == "crash" }
+
+func (r *run) check(drainTook time.Duration) (*report, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dels, refused := r.rec.snapshot()
+	events := r.ev.snapshot()
+	rep := &report{
+		Run: r.cfg.name, Tier: r.cfg.tier, Seed: r.seed, Replay: fmt.Sprintf("CHAOS_SEED=%d", r.seed),
+		Started: r.phaseStart.UTC().Format(time.RFC3339), Refused: refused,
+		FaultCounts: map[string]int{}, Groups: map[string]*counts{},
+		PhaseSeconds: r.phaseEnd.Sub(r.phaseStart).Seconds(), DrainSeconds: drainTook.Seconds(),
+	}
+	rep.DuplicatesByCause = map[string]int{}
+	for _, e := range events {
+		switch {
+		case e.Kind == "start":
+			rep.Incarnations++
+		case !isLifecycle(e.Kind):
+			rep.FaultCounts[e.Kind]++
+		}
+	}
+	byGroup := map[string][]delivery{}
+	for _, d := range dels {
+		byGroup[d.Group] = append(byGroup[d.Group], d)
+	}
+	for _, g := range r.groups {
+		rows, err := r.loadRows(ctx, g)
+		if err != nil {
+			return nil, err
+		}
+		audit, err := r.loadAudit(ctx, g)
+		if err != nil {
+			return nil, err
+		}
+		c := checkGroup(g, rows, audit, byGroup[g.name], events, r.cfg)
+		rep.Groups[g.name] = c
+		rep.add(c)
+		g.led.mu.Lock()
+		rep.ProducerTxErrors += g.led.txErrors
+		g.led.mu.Unlock()
+	}
+	rep.FencedFinalizes = countInLogs(r.dir, "lost lease: finalize fenced off")
+	r.timing(rep, dels, events)
+	return rep, nil
+}
+
+func (r *run) loadRows(ctx context.Context, g *group) (map[int64]rowState, error) {
+	rows, err := r.env.admin.Query(ctx, `SELECT id, status, lease_version, aggregate_id, coalesce(last_error, '') FROM `+g.table)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[int64]rowState{}
+	for rows.Next() {
+		var id int64
+		var s rowState
+		if err := rows.Scan(&id, &s.status, &s.version, &s.agg, &s.lastError); err != nil {
+			return nil, err
+		}
+		out[id] = s
+	}
+	return out, rows.Err()
+}
+
+func (r *run) loadAudit(ctx context.Context, g *group) ([]auditRec, error) {
+	rows, err := r.env.admin.Query(ctx, `SELECT seq, id, at, xact_now, app, old_status, new_status, old_version, new_version,
+		coalesce(old_owner, ''), coalesce(new_owner, ''), old_attempts, new_attempts, old_lease_until, coalesce(last_error, '')
+		FROM `+g.audit+` ORDER BY seq`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []auditRec
+	for rows.Next() {
+		var a auditRec
+		if err := rows.Scan(&a.seq, &a.id, &a.at, &a.xactNow, &a.app, &a.oldStatus, &a.newStatus, &a.oldVersion, &a.newVersion,
+			&a.oldOwner, &a.newOwner, &a.oldAttempts, &a.newAttempts, &a.oldLeaseUntil, &a.lastError); err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+type leaseKey struct{ id, token int64 }
+
+// claimAt is a claim in audit order.
+type claimAt struct {
+	seq int64
+	id  int64
+}
+
+// checkGroup computes the counters of one table.
+func checkGroup(g *group, rows map[int64]rowState, audit []auditRec, dels []delivery, events []event, cfg runConfig) *counts {
+	c := &counts{DuplicatesByCause: map[string]int{}}
+	led := g.led
+	led.mu.Lock()
+	committed := make(map[int64]prodRec, len(led.committed))
+	for id, rec := range led.committed {
+		committed[id] = rec
+	}
+	c.RolledBack = len(led.rolledBack)
+	c.UncertainCommits = len(led.uncertain)
+	for id, rec := range led.uncertain {
+		if _, ok := rows[id]; ok {
+			committed[id] = rec
+			c.UncertainLanded++
+		}
+	}
+	led.mu.Unlock()
+	c.Committed = len(committed)
+	c.Deliveries = len(dels)
+
+	// Content: every delivery must carry exactly what was committed under
+	// its id.
+	byID := map[int64][]delivery{}
+	for _, d := range dels {
+		byID[d.ID] = append(byID[d.ID], d)
+		rec, known := led.lookup(d.ID)
+		if why := corruption(d, rec, known); why != "" {
+			c.Corrupted++
+			c.example("corrupted", "id %d token %d: %s", d.ID, d.Token, why)
+		}
+	}
+	c.DeliveredUnique = len(byID)
+
+	for id := range byID {
+		if _, ok := committed[id]; !ok {
+			c.Phantom++
+			why := "never written"
+			if _, ok := led.rolledBack[id]; ok {
+				why = "rolled back on purpose"
+			} else if _, ok := led.uncertain[id]; ok {
+				why = "COMMIT failed and the row does not exist"
+			}
+			c.example("phantom", "id %d delivered %d times: %s", id, len(byID[id]), why)
+		}
+	}
+	// Rows blocked behind a dead head in ordered mode.
+	blocked := map[int64]bool{}
+	if g.cfg.ordered {
+		firstDead := map[string]int64{}
+		for id, s := range rows {
+			if s.status == "dead" {
+				if cur, ok := firstDead[s.agg]; !ok || id < cur {
+					firstDead[s.agg] = id
+				}
+			}
+		}
+		for id, s := range rows {
+			if d, ok := firstDead[s.agg]; ok && id > d && s.status != "done" && s.status != "dead" {
+				blocked[id] = true
+			}
+		}
+	}
+	c.BlockedBehindDead = len(blocked)
+	for id, rec := range committed {
+		row, exists := rows[id]
+		if _, delivered := byID[id]; !delivered {
+			if exists && row.status == "dead" {
+				c.DeadUndelivered++
+				continue
+			}
+			if blocked[id] {
+				continue
+			}
+			c.Lost++
+			c.example("lost", "id %d (agg %s, committed %s) status %q", id, rec.Agg, rec.Committed.Format(time.RFC3339Nano), row.status)
+		}
+	}
+	for id, s := range rows {
+		switch s.status {
+		case "done":
+			if _, ok := byID[id]; !ok {
+				c.FalseDone++
+				c.example("false_done", "id %d done with lease_version %d, never delivered", id, s.version)
+			}
+		case "dead":
+			c.Dead++
+		case "pending", "processing":
+			if !blocked[id] {
+				c.Stuck++
+				c.example("stuck", "id %d %s lease_version %d last_error %q", id, s.status, s.version, s.lastError)
+			}
+		}
+		if _, ok := committed[id]; !ok {
+			c.AuditAnomalies++
+			c.example("audit_anomalies", "row %d exists but no producer wrote it", id)
+		}
+	}
+
+	// Audit trail: who held which lease, and was every write fenced?
+	claimOf := map[leaseKey]auditRec{}
+	acked := map[leaseKey]map[string]bool{} // (id, token) -> owners that got a 2xx for it
+	for _, d := range dels {
+		if d.Answer == answerOK {
+			k := leaseKey{d.ID, d.Token}
+			if acked[k] == nil {
+				acked[k] = map[string]bool{}
+			}
+			acked[k][d.Path] = true
+		}
+	}
+	doneSeq := map[int64]int64{}
+	var claims []claimAt
+	for _, a := range audit {
+		isClaim := a.newStatus == "processing" && (a.oldStatus != "processing" || a.newVersion != a.oldVersion)
+		switch {
+		case isClaim:
+			c.Claims++
+			claimOf[leaseKey{a.id, a.newVersion}] = a
+			claims = append(claims, claimAt{a.seq, a.id})
+			if a.newVersion != a.oldVersion+1 || a.newOwner != a.app {
+				c.AuditAnomalies++
+				c.example("audit_anomalies", "claim of %d by %s: version %d->%d owner %q", a.id, a.app, a.oldVersion, a.newVersion, a.newOwner)
+			}
+			if a.oldStatus == "processing" && (a.oldLeaseUntil == nil || !a.oldLeaseUntil.Before(a.xactNow)) {
+				c.AuditAnomalies++
+				c.example("audit_anomalies", "claim of %d by %s took a live lease (version %d of %s until %v, now %v)",
+					a.id, a.app, a.oldVersion, a.oldOwner, a.oldLeaseUntil, a.xactNow)
+			}
+			if a.oldStatus != "processing" && a.oldStatus != "pending" {
+				c.AuditAnomalies++
+				c.example("audit_anomalies", "claim of %d by %s from status %s", a.id, a.app, a.oldStatus)
+			}
+		case a.newVersion != a.oldVersion:
+			c.AuditAnomalies++
+			c.example("audit_anomalies", "write to %d by %s changed lease_version %d->%d outside a claim", a.id, a.app, a.oldVersion, a.newVersion)
+		case a.oldStatus != "processing":
+			// A terminal (or any) write to a row nobody holds.
+			c.StaleFinalize++
+			c.example("stale_finalize", "write to %d by %s: %s -> %s at version %d", a.id, a.app, a.oldStatus, a.newStatus, a.oldVersion)
+		case a.newStatus == "dead" && strings.HasPrefix(a.lastError, "lease expired after max attempts"):
+			c.Reaped++
+			if a.oldLeaseUntil == nil || !a.oldLeaseUntil.Before(a.xactNow) {
+				c.StaleFinalize++
+				c.example("stale_finalize", "reap of %d by %s while lease %d was live", a.id, a.app, a.oldVersion)
+			}
+		default:
+			holder, ok := claimOf[leaseKey{a.id, a.oldVersion}]
+			if !ok || holder.app != a.app {
+				c.StaleFinalize++
+				c.example("stale_finalize", "finalize of %d (%s) by %s with lease %d held by %q", a.id, a.newStatus, a.app, a.oldVersion, holder.app)
+			}
+			switch a.newStatus {
+			case "done":
+				if _, seen := doneSeq[a.id]; !seen {
+					doneSeq[a.id] = a.seq
+				}
+				if !acked[leaseKey{a.id, a.oldVersion}][a.app] {
+					c.StaleFinalize++
+					c.example("stale_finalize", "done of %d by %s at lease %d, but the sink never acknowledged that lease to it", a.id, a.app, a.oldVersion)
+				}
+			case "pending":
+				c.Retried++
+			}
+		}
+	}
+
+	// Duplicates: each delivery after the first of an id must be explained
+	// by a fault of the lease holder that failed to record the earlier one.
+	for id, ds := range byID {
+		sort.Slice(ds, func(i, j int) bool {
+			if !ds[i].Received.Equal(ds[j].Received) {
+				return ds[i].Received.Before(ds[j].Received)
+			}
+			return ds[i].Seq < ds[j].Seq
+		})
+		for i := 1; i < len(ds); i++ {
+			c.Duplicates++
+			cause := explain(ds[i-1], ds[i], claimOf, events, cfg)
+			c.DuplicatesByCause[cause]++
+			if strings.HasPrefix(cause, "unexplained") {
+				c.UnexplainedDuplicates++
+				c.example("unexplained_duplicates", "id %d: %s (prev token %d by %s answered %s at %s; this token %d by %s at %s)",
+					id, cause, ds[i-1].Token, ds[i-1].Path, ds[i-1].Answer, ds[i-1].Received.Format("15:04:05.000"),
+					ds[i].Token, ds[i].Path, ds[i].Received.Format("15:04:05.000"))
+			}
+		}
+	}
+
+	if g.cfg.ordered {
+		c.OrderingDetail = map[string]int{}
+		orderingChecks(c, rows, byID, doneSeq, claims)
+	}
+	return c
+}
+
+// corruption says how a delivery differs from what was committed under its
+// id ("" if it does not).
+func corruption(d delivery, rec prodRec, known bool) string {
+	doc, ok := decodePayload(d.body)
+	switch {
+	case !ok:
+		return "payload does not verify against its own digest: " + truncateStr(string(d.body), 120)
+	case !known:
+		return "" // a phantom: counted there
+	case doc.Producer != rec.Producer || doc.N != rec.N:
+		return fmt.Sprintf("payload is message %d/%d, committed was %d/%d", doc.Producer, doc.N, rec.Producer, rec.N)
+	case doc.Sum != rec.Sum:
+		return "payload digest differs from the committed one"
+	case d.Agg != rec.Agg || doc.Agg != rec.Agg:
+		return fmt.Sprintf("aggregate %q/%q, committed %q", d.Agg, doc.Agg, rec.Agg)
+	case d.EventType != rec.EventType:
+		return fmt.Sprintf("event type %q, committed %q", d.EventType, rec.EventType)
+	}
+	return ""
+}
+
+func truncateStr(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// explain names the cause of the duplicate delivery cur of an id whose
+// previous delivery was prev, or returns "unexplained: ...".
+//
+// The lease that failed to record its delivery is the older of the two
+// tokens: prev's when cur is a newer claim (its holder published but did
+// not finalize), cur's own when cur carries an older token than prev (a
+// stale in-flight publish that arrived after a newer one). That holder
+// must have suffered, between its claim and cur's arrival, a fault that
+// explains losing the lease or the outcome: killed, paused, its database
+// or sink link cut or black-holed or reset, its sessions terminated,
+// PostgreSQL restarted; or the sink dropped the answer to prev.
+func explain(prev, cur delivery, claimOf map[leaseKey]auditRec, events []event, cfg runConfig) string {
+	if prev.Answer != answerOK && prev.Token <= cur.Token {
+		return "answer_" + prev.Answer
+	}
+	if prev.Token == cur.Token {
+		return "unexplained: same lease delivered twice after a 2xx"
+	}
+	holder := prev
+	if cur.Token < prev.Token {
+		holder = cur
+	}
+	from := holder.Received.Add(-cfg.publishTimeout - time.Second)
+	if cl, ok := claimOf[leaseKey{holder.ID, holder.Token}]; ok {
+		// A fault over before the claim cannot have cost this lease (the
+		// audit and the harness read the same clock).
+		from = cl.at.Add(-10 * time.Millisecond)
+	}
+	to := cur.Received
+	slotName, _, _ := strings.Cut(holder.Path, "-")
+	for _, e := range events {
+		if isLifecycle(e.Kind) && e.Kind != "crash" {
+			continue
+		}
+		if e.End.Before(from) || e.Start.After(to) {
+			continue
+		}
+		switch {
+		case e.Owner == holder.Path && (e.Kind == "kill" || e.Kind == "crash" || e.Kind == faultSigstop):
+			return "holder_" + e.Kind
+		case e.Slot == slotName && strings.HasPrefix(e.Kind, "db_"):
+			return "holder_" + e.Kind
+		case e.Slot == slotName && strings.HasPrefix(e.Kind, "sink_") && (strings.HasSuffix(e.Kind, "cut") || strings.HasSuffix(e.Kind, "blackhole")):
+			return "holder_" + e.Kind
+		case e.Kind == faultTerminate && (e.Slot == "" || e.Slot == slotName):
+			return "holder_" + e.Kind
+		case e.Kind == faultPGRestart:
+			return e.Kind
+		}
+	}
+	return fmt.Sprintf("unexplained: holder %s of lease %d had no fault in force", holder.Path, holder.Token)
+}
+
+// orderingChecks counts ordering violations of an ordered table:
+//
+//   - claim_order: a claim of id M while an earlier id N of its aggregate
+//     was not yet done (by audit order);
+//   - done_order: id M marked done before an earlier id N of its
+//     aggregate;
+//   - delivery_order: a delivery of id N received after a delivery of a
+//     later id M of the same aggregate was acknowledged, unless that
+//     delivery of N carries a token older than the one N was finally done
+//     with (a stale in-flight publish of a lease that was lost, which the
+//     duplicate check must explain in turn).
+func orderingChecks(c *counts, rows map[int64]rowState, byID map[int64][]delivery, doneSeq map[int64]int64, claims []claimAt) {
+	byAgg := map[string][]int64{}
+	for id, s := range rows {
+		byAgg[s.agg] = append(byAgg[s.agg], id)
+	}
+	// For each id, the largest done seq of any earlier id of its aggregate.
+	prevDone := map[int64]int64{}
+	for _, ids := range byAgg {
+		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+		var maxSeq int64
+		for _, id := range ids {
+			prevDone[id] = maxSeq
+			s, ok := doneSeq[id]
+			if !ok {
+				s = math.MaxInt64
+			}
+			maxSeq = max(maxSeq, s)
+		}
+	}
+	for _, cl := range claims {
+		if p := prevDone[cl.id]; p > cl.seq {
+			c.OrderingViolations++
+			c.OrderingDetail["claim_order"]++
+			c.example("ordering_violations", "claim of %d (audit seq %d) before every earlier id of %s was done", cl.id, cl.seq, rows[cl.id].agg)
+		}
+	}
+	for id, s := range doneSeq {
+		if p := prevDone[id]; p > s {
+			c.OrderingViolations++
+			c.OrderingDetail["done_order"]++
+			c.example("ordering_violations", "%d done (audit seq %d) before an earlier id of %s", id, s, rows[id].agg)
+		}
+	}
+	type ack struct {
+		at time.Time
+		id int64
+	}
+	acks := map[string][]ack{}
+	for id, ds := range byID {
+		for _, d := range ds {
+			if d.Answer == answerOK {
+				acks[rows[id].agg] = append(acks[rows[id].agg], ack{d.Acked, id})
+			}
+		}
+	}
+	for agg, as := range acks {
+		sort.Slice(as, func(i, j int) bool { return as[i].at.Before(as[j].at) })
+		prefixMax := make([]int64, len(as))
+		var m int64
+		for i, a := range as {
+			m = max(m, a.id)
+			prefixMax[i] = m
+		}
+		for _, id := range byAgg[agg] {
+			row := rows[id]
+			for _, d := range byID[id] {
+				k := sort.Search(len(as), func(i int) bool { return !as[i].at.Before(d.Received) })
+				if k == 0 || prefixMax[k-1] <= id {
+					continue
+				}
+				if row.status == "done" && d.Token < row.version {
+					continue
+				}
+				c.OrderingViolations++
+				c.OrderingDetail["delivery_order"]++
+				c.example("ordering_violations", "%s: id %d (token %d) received %s after id %d was acknowledged",
+					agg, id, d.Token, d.Received.Format("15:04:05.000"), prefixMax[k-1])
+			}
+		}
+	}
+}
+
+// timing fills latency, throughput and recovery figures.
+func (r *run) timing(rep *report, dels []delivery, events []event) {
+	var faults []event
+	for _, e := range events {
+		if !isLifecycle(e.Kind) {
+			faults = append(faults, e)
+		}
+	}
+	inFault := func(t time.Time) bool {
+		for _, e := range faults {
+			if !t.Before(e.Start) && !t.After(e.End.Add(time.Second)) {
+				return true
+			}
+		}
+		return false
+	}
+	var ackTimes []time.Time
+	firstAck := map[string]map[int64]time.Time{}
+	for _, d := range dels {
+		if d.Answer != answerOK {
+			continue
+		}
+		ackTimes = append(ackTimes, d.Acked)
+		if firstAck[d.Group] == nil {
+			firstAck[d.Group] = map[int64]time.Time{}
+		}
+		if t, ok := firstAck[d.Group][d.ID]; !ok || d.Acked.Before(t) {
+			firstAck[d.Group][d.ID] = d.Acked
+		}
+	}
+	sort.Slice(ackTimes, func(i, j int) bool { return ackTimes[i].Before(ackTimes[j]) })
+	lat := map[string][]float64{}
+	for _, g := range r.groups {
+		g.led.mu.Lock()
+		for id, rec := range g.led.committed {
+			t, ok := firstAck[g.name][id]
+			if !ok {
+				continue
+			}
+			ms := float64(t.Sub(rec.Committed).Microseconds()) / 1000
+			lat["all"] = append(lat["all"], ms)
+			if !rec.Committed.Before(r.phaseStart) && !rec.Committed.After(r.phaseEnd) {
+				if inFault(rec.Committed) {
+					lat["during_faults"] = append(lat["during_faults"], ms)
+				} else {
+					lat["calm"] = append(lat["calm"], ms)
+				}
+			}
+		}
+		g.led.mu.Unlock()
+	}
+	rep.Latency = map[string]pctiles{}
+	for k, v := range lat {
+		rep.Latency[k] = percentiles(v)
+	}
+	// Throughput in 100 ms buckets over the fault phase.
+	rep.Throughput = map[string]float64{}
+	if r.phaseEnd.After(r.phaseStart) {
+		var faultBuckets, calmBuckets, faultAcks, calmAcks float64
+		for t := r.phaseStart; t.Before(r.phaseEnd); t = t.Add(100 * time.Millisecond) {
+			end := t.Add(100 * time.Millisecond)
+			lo := sort.Search(len(ackTimes), func(i int) bool { return !ackTimes[i].Before(t) })
+			hi := sort.Search(len(ackTimes), func(i int) bool { return !ackTimes[i].Before(end) })
+			if inFault(t) {
+				faultBuckets++
+				faultAcks += float64(hi - lo)
+			} else {
+				calmBuckets++
+				calmAcks += float64(hi - lo)
+			}
+		}
+		if faultBuckets > 0 {
+			rep.Throughput["during_faults"] = faultAcks / (faultBuckets / 10)
+		}
+		if calmBuckets > 0 {
+			rep.Throughput["calm"] = calmAcks / (calmBuckets / 10)
+		}
+	}
+	// Recovery: from the end of a fault to the first acknowledged delivery
+	// by the slot it targeted (a new incarnation after a kill), or by
+	// anyone for a fault of the whole system.
+	slotAcks := map[string][]time.Time{}
+	for _, d := range dels {
+		if d.Answer == answerOK {
+			sl, _, _ := strings.Cut(d.Path, "-")
+			slotAcks[sl] = append(slotAcks[sl], d.Acked)
+		}
+	}
+	for _, v := range slotAcks {
+		sort.Slice(v, func(i, j int) bool { return v[i].Before(v[j]) })
+	}
+	rec := map[string][]float64{}
+	for i := range events {
+		e := &events[i]
+		if isLifecycle(e.Kind) {
+			continue
+		}
+		times := ackTimes
+		if e.Slot != "" {
+			times = slotAcks[e.Slot]
+		}
+		k := sort.Search(len(times), func(j int) bool { return times[j].After(e.End) })
+		if k < len(times) {
+			ms := times[k].Sub(e.End).Milliseconds()
+			e.RecoveryMS = &ms
+			rec[e.Kind] = append(rec[e.Kind], float64(ms))
+		}
+	}
+	rep.Recovery.ByKind = map[string]pctiles{}
+	for k, v := range rec {
+		rep.Recovery.ByKind[k] = percentiles(v)
+	}
+	for _, e := range events {
+		if !isLifecycle(e.Kind) {
+			rep.Faults = append(rep.Faults, e)
+		}
+	}
+}
+
+func percentiles(v []float64) pctiles {
+	if len(v) == 0 {
+		return pctiles{}
+	}
+	sort.Float64s(v)
+	at := func(q float64) float64 {
+		i := int(math.Ceil(q*float64(len(v)))) - 1
+		return math.Round(v[max(i, 0)]*10) / 10
+	}
+	return pctiles{N: len(v), P50: at(0.5), P90: at(0.9), P99: at(0.99), Max: at(1)}
+}

@@ -1,0 +1,559 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/internal/pgcluster"
+)
+
+// env is what the runs of one test share: a throwaway PostgreSQL cluster
+// and the outboxd binary built with failpoints.
+type env struct {
+	t       *testing.T
+	cluster *pgcluster.Cluster
+	bin     string
+	admin   *pgxpool.Pool // direct to the cluster: the harness's own link is never faulted
+
+	mu   sync.Mutex
+	runs []*run
+}
+
+// interrupts runs the registered cleanups on SIGINT or SIGTERM, then
+// exits: an interrupted soak must leave no PostgreSQL or outboxd behind
+// (the test framework's cleanups do not run on a signal).
+var interrupts struct {
+	sync.Mutex
+	next int
+	fns  map[int]func()
+	stop chan struct{}
+}
+
+func onInterrupt(f func()) (cancel func()) {
+	interrupts.Lock()
+	defer interrupts.Unlock()
+	if len(interrupts.fns) == 0 {
+		interrupts.fns = map[int]func(){}
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+		stop := make(chan struct{})
+		interrupts.stop = stop
+		go func() {
+			select {
+			case <-stop:
+				signal.Stop(sigs)
+			case sig := <-sigs:
+				fmt.Fprintf(os.Stderr, "chaos: %v: killing every worker and stopping every cluster\n", sig)
+				interrupts.Lock()
+				for _, f := range interrupts.fns {
+					f()
+				}
+				os.Exit(2)
+			}
+		}()
+	}
+	id := interrupts.next
+	interrupts.next++
+	interrupts.fns[id] = f
+	return func() {
+		interrupts.Lock()
+		defer interrupts.Unlock()
+		delete(interrupts.fns, id)
+		if len(interrupts.fns) == 0 {
+			close(interrupts.stop)
+		}
+	}
+}
+
+// emergency kills every process of every run and stops the cluster.
+func (e *env) emergency() {
+	e.mu.Lock()
+	runs := append([]*run(nil), e.runs...)
+	e.mu.Unlock()
+	for _, r := range runs {
+		for _, s := range r.allSlots() {
+			if p := s.current(); p != nil && p.cmd.Process != nil {
+				_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_ = e.cluster.Stop(ctx)
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	bin := outboxdBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := pgcluster.Start(ctx, &pgcluster.Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("starting throwaway PostgreSQL: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(context.Background()); err != nil {
+			t.Logf("stopping cluster: %v", err)
+		}
+	})
+	cfg, err := pgxpool.ParseConfig(c.DSN + "&application_name=chaos-harness")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 12
+	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	e := &env{t: t, cluster: c, bin: bin, admin: pool}
+	t.Cleanup(onInterrupt(e.emergency))
+	return e
+}
+
+// runConfig describes one run: the worker groups and the timings.
+type runConfig struct {
+	name           string
+	tier           string
+	lease          time.Duration
+	publishTimeout time.Duration
+	restartDelay   time.Duration
+	drainTimeout   time.Duration
+	groups         []groupConfig
+}
+
+type groupConfig struct {
+	name       string // also the table name
+	ordered    bool
+	slots      int
+	aggregates int
+	producers  int
+	rollbackP  float64
+	// slotArgs adds flags to a slot's command line.
+	slotArgs func(slot int) []string
+	// arm picks the failpoints of a slot's incarnation.
+	arm func(slot, incarnation int) string
+}
+
+type group struct {
+	cfg       groupConfig
+	name      string
+	table     string // schema-qualified
+	audit     string // schema-qualified audit table
+	led       *ledger
+	slots     []*slot
+	producers []*producer
+}
+
+// run is one scenario against its own schema.
+type run struct {
+	t      *testing.T
+	env    *env
+	cfg    runConfig
+	seed   uint64
+	dir    string
+	schema string
+	rec    *recorder
+	ev     eventLog
+	groups []*group
+	// calm stops arming failpoints on new incarnations (the final drain).
+	calm atomic.Bool
+
+	superCtx    context.Context
+	superCancel context.CancelFunc
+	supervising bool
+
+	prodCancel context.CancelFunc
+	prodWG     sync.WaitGroup
+
+	faultWG     sync.WaitGroup
+	idleTxBusy  atomic.Bool
+	pgRestartMu sync.Mutex
+	idleCancel  atomic.Pointer[context.CancelFunc]
+
+	phaseStart, phaseEnd time.Time
+}
+
+var nonIdent = regexp.MustCompile(`[^a-z0-9_]+`)
+
+// outDir is where a run's report and logs go: $CHAOS_OUT if set, else
+// the test's artifact directory (kept with go test -artifacts).
+func outDir(t *testing.T, name string) string {
+	t.Helper()
+	base := os.Getenv("CHAOS_OUT")
+	if base == "" {
+		base = t.ArtifactDir()
+	}
+	dir := filepath.Join(base, name)
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func newRun(t *testing.T, e *env, cfg runConfig, seed uint64) *run {
+	t.Helper()
+	r := &run{t: t, env: e, cfg: cfg, seed: seed, dir: outDir(t, cfg.name),
+		schema: "c_" + nonIdent.ReplaceAllString(strings.ToLower(cfg.name), "_")}
+	if r.cfg.restartDelay == 0 {
+		r.cfg.restartDelay = 300 * time.Millisecond
+	}
+	if r.cfg.drainTimeout == 0 {
+		r.cfg.drainTimeout = 90 * time.Second
+	}
+	rec, err := newRecorder(seed^0x5eed, cfg.publishTimeout+500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.rec = rec
+	t.Cleanup(rec.Close)
+	ctx := context.Background()
+	if _, err := e.admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{r.schema}.Sanitize()+" CASCADE"); err != nil {
+		t.Fatal(err)
+	}
+	pgAddr := "127.0.0.1:" + strconv.Itoa(e.cluster.Port)
+	for gi, gc := range cfg.groups {
+		g := &group{cfg: gc, name: gc.name, table: r.schema + "." + gc.name,
+			audit: r.schema + "." + gc.name + "_audit", led: newLedger()}
+		admin, err := outbox.NewAdmin(e.admin, g.table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.Migrate(ctx); err != nil {
+			t.Fatalf("migrate %s: %v", g.table, err)
+		}
+		if err := installAudit(ctx, e.admin, r.schema, gc.name); err != nil {
+			t.Fatalf("audit trigger on %s: %v", g.table, err)
+		}
+		aggs := make([]string, gc.aggregates)
+		for i := range aggs {
+			aggs[i] = fmt.Sprintf("%s-agg-%d", gc.name, i)
+		}
+		for i := range gc.producers {
+			g.producers = append(g.producers, &producer{idx: i, pool: e.admin, table: g.table, ordered: gc.ordered,
+				aggs: aggs, rollbackP: gc.rollbackP, led: g.led,
+				rng: rand.New(rand.NewPCG(seed, uint64(1000*gi+i)))})
+		}
+		for i := range gc.slots {
+			s := &slot{r: r, g: g, name: fmt.Sprintf("%s%d", gc.name, i), done: make(chan struct{})}
+			if s.dbProxy, err = newProxy(s.name+"-db", pgAddr); err != nil {
+				t.Fatal(err)
+			}
+			if s.sinkProxy, err = newProxy(s.name+"-sink", rec.Addr()); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(s.dbProxy.Close)
+			t.Cleanup(s.sinkProxy.Close)
+			if gc.slotArgs != nil {
+				s.extraArgs = gc.slotArgs(i)
+			}
+			if gc.arm != nil {
+				i := i
+				s.arm = func(inc int) string { return gc.arm(i, inc) }
+			}
+			g.slots = append(g.slots, s)
+		}
+		r.groups = append(r.groups, g)
+	}
+	r.superCtx, r.superCancel = context.WithCancel(context.Background())
+	e.mu.Lock()
+	e.runs = append(e.runs, r)
+	e.mu.Unlock()
+	// Registered last, so it runs first: processes end before the proxies
+	// and the cluster they talk to.
+	t.Cleanup(r.killAll)
+	t.Logf("run %s: seed %d, output %s", cfg.name, seed, r.dir)
+	return r
+}
+
+// startSlot starts supervising one slot.
+func (r *run) startSlot(s *slot) {
+	r.supervising = true
+	go s.supervise(r.superCtx)
+}
+
+func (r *run) startAll() {
+	for _, g := range r.groups {
+		for _, s := range g.slots {
+			if s.current() == nil {
+				r.startSlot(s)
+			}
+		}
+	}
+}
+
+// produce writes until every group's ledger holds n committed messages.
+func (r *run) produce(ctx context.Context, n int) {
+	var wg sync.WaitGroup
+	for _, g := range r.groups {
+		for _, p := range g.producers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p.run(ctx, 0, n)
+			}()
+		}
+	}
+	wg.Wait()
+}
+
+// startProducers writes in the background every interval (per producer),
+// up to n committed messages per group when n > 0.
+func (r *run) startProducers(interval time.Duration, n int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.prodCancel = cancel
+	for _, g := range r.groups {
+		for _, p := range g.producers {
+			r.prodWG.Add(1)
+			go func() {
+				defer r.prodWG.Done()
+				p.run(ctx, interval, n)
+			}()
+		}
+	}
+}
+
+func (r *run) stopProducers() {
+	if r.prodCancel != nil {
+		r.prodCancel()
+	}
+	r.prodWG.Wait()
+}
+
+func (r *run) allSlots() []*slot {
+	var out []*slot
+	for _, g := range r.groups {
+		out = append(out, g.slots...)
+	}
+	return out
+}
+
+// heal ends every fault still in force.
+func (r *run) heal() {
+	if c := r.idleCancel.Load(); c != nil {
+		(*c)()
+	}
+	r.faultWG.Wait()
+	for _, s := range r.allSlots() {
+		s.dbProxy.Restore()
+		s.sinkProxy.Restore()
+		if p := s.current(); p != nil {
+			_ = p.signal(syscall.SIGCONT)
+		}
+	}
+	r.rec.setFaults(sinkFaults{})
+	if c := r.idleCancel.Load(); c != nil {
+		(*c)()
+	}
+}
+
+// undelivered counts rows not yet finished, not counting rows of an
+// ordered group blocked behind a dead head (only an operator can unblock
+// those).
+func (r *run) undelivered(ctx context.Context, g *group) (int, error) {
+	q := `SELECT count(*) FROM ` + g.table + ` AS o WHERE o.status IN ('pending', 'processing')`
+	if g.cfg.ordered {
+		q += ` AND NOT EXISTS (SELECT 1 FROM ` + g.table + ` AS p WHERE p.aggregate_id = o.aggregate_id AND p.id < o.id AND p.status = 'dead')`
+	}
+	var n int
+	err := r.env.admin.QueryRow(ctx, q).Scan(&n)
+	return n, err
+}
+
+// drain heals the system, stops the producers and waits, with workers
+// running unarmed, until nothing is left to deliver or drainTimeout passes.
+func (r *run) drain() time.Duration {
+	start := time.Now()
+	r.calm.Store(true)
+	r.heal()
+	r.stopProducers()
+	r.startAll()
+	deadline := time.Now().Add(r.cfg.drainTimeout)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		left := 0
+		var err error
+		for _, g := range r.groups {
+			var n int
+			n, err = r.undelivered(ctx, g)
+			left += n
+		}
+		cancel()
+		if err == nil && left == 0 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	r.stopWorkers()
+	return time.Since(start)
+}
+
+// stopWorkers shuts every process down gracefully and stops supervising.
+func (r *run) stopWorkers() {
+	if !r.supervising {
+		return
+	}
+	r.superCancel()
+	for _, s := range r.allSlots() {
+		if s.current() != nil {
+			<-s.done
+		}
+	}
+	r.supervising = false
+}
+
+// killAll is the last-resort cleanup: no process of the run survives the test.
+func (r *run) killAll() {
+	r.superCancel()
+	if c := r.idleCancel.Load(); c != nil {
+		(*c)()
+	}
+	if r.prodCancel != nil {
+		r.prodCancel()
+	}
+	for _, s := range r.allSlots() {
+		if p := s.current(); p != nil && p.cmd.Process != nil && p.alive() {
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		}
+	}
+	for _, s := range r.allSlots() {
+		if p := s.current(); p != nil {
+			select {
+			case <-p.exited:
+			case <-time.After(10 * time.Second):
+			}
+		}
+		if s.current() != nil {
+			select {
+			case <-s.done:
+			case <-time.After(20 * time.Second):
+			}
+		}
+	}
+	r.prodWG.Wait()
+	r.faultWG.Wait()
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return cond()
+}
+
+// hasEvent reports whether an event of kind for slot (any slot if empty)
+// whose detail contains detail has been logged.
+func (r *run) hasEvent(kind, slotName, detail string) bool {
+	for _, e := range r.ev.snapshot() {
+		if e.Kind == kind && (slotName == "" || e.Slot == slotName) && strings.Contains(e.Detail, detail) {
+			return true
+		}
+	}
+	return false
+}
+
+// finish drains, checks and writes the report; it fails the test if a
+// must-be-zero counter is not zero.
+func (r *run) finish() *report {
+	t := r.t
+	if r.phaseEnd.IsZero() {
+		r.phaseEnd = time.Now()
+	}
+	drainTook := r.drain()
+	rep, err := r.check(drainTook)
+	if err != nil {
+		t.Fatalf("checker: %v", err)
+	}
+	b, _ := json.MarshalIndent(rep, "", "  ")
+	path := filepath.Join(r.dir, "report.json")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	evs, _ := json.MarshalIndent(r.ev.snapshot(), "", "  ")
+	_ = os.WriteFile(filepath.Join(r.dir, "events.json"), evs, 0o644)
+	dels, _ := r.rec.snapshot()
+	if f, err := os.Create(filepath.Join(r.dir, "deliveries.jsonl")); err == nil {
+		enc := json.NewEncoder(f)
+		for _, d := range dels {
+			_ = enc.Encode(d)
+		}
+		f.Close()
+	}
+	fmt.Printf("chaos: %s report: %s\n", r.cfg.name, path)
+	t.Logf("report %s", path)
+	if bad := rep.failures(); len(bad) > 0 {
+		t.Errorf("run %s (CHAOS_SEED=%d): must-be-zero counters are not zero: %s\n%s", r.cfg.name, r.seed, strings.Join(bad, ", "), b)
+	} else {
+		t.Logf("run %s: committed=%d delivered_unique=%d deliveries=%d duplicates=%d fenced=%d",
+			r.cfg.name, rep.Committed, rep.DeliveredUnique, rep.Deliveries, rep.Duplicates, rep.FencedFinalizes)
+	}
+	return rep
+}
+
+// installAudit adds the test-only audit trail: every change of status or
+// lease_version (claims, finalizes, reaps) with the row before and after,
+// the writer's application_name (each worker incarnation connects as its
+// owner name) and the times the statement saw.
+func installAudit(ctx context.Context, db *pgxpool.Pool, schema, table string) error {
+	s := pgx.Identifier{schema}.Sanitize()
+	t := s + "." + pgx.Identifier{table}.Sanitize()
+	a := s + "." + pgx.Identifier{table + "_audit"}.Sanitize()
+	fn := s + "." + pgx.Identifier{table + "_audit_fn"}.Sanitize()
+	q := `
+CREATE TABLE ` + a + ` (
+    seq             bigserial PRIMARY KEY,
+    at              timestamptz NOT NULL DEFAULT clock_timestamp(),
+    xact_now        timestamptz NOT NULL DEFAULT now(),
+    app             text NOT NULL DEFAULT current_setting('application_name'),
+    id              bigint NOT NULL,
+    old_status      text NOT NULL,
+    new_status      text NOT NULL,
+    old_version     bigint NOT NULL,
+    new_version     bigint NOT NULL,
+    old_owner       text,
+    new_owner       text,
+    old_attempts    integer NOT NULL,
+    new_attempts    integer NOT NULL,
+    old_lease_until timestamptz,
+    last_error      text
+);
+CREATE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $chaos$
+BEGIN
+    INSERT INTO ` + a + ` (id, old_status, new_status, old_version, new_version, old_owner, new_owner,
+                           old_attempts, new_attempts, old_lease_until, last_error)
+    VALUES (NEW.id, OLD.status, NEW.status, OLD.lease_version, NEW.lease_version, OLD.lease_owner,
+            NEW.lease_owner, OLD.attempts, NEW.attempts, OLD.lease_until, NEW.last_error);
+    RETURN NULL;
+END
+$chaos$;
+CREATE TRIGGER chaos_audit AFTER UPDATE ON ` + t + ` FOR EACH ROW
+    WHEN (OLD.status IS DISTINCT FROM NEW.status OR OLD.lease_version IS DISTINCT FROM NEW.lease_version)
+    EXECUTE FUNCTION ` + fn + `();`
+	_, err := db.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol)
+	return err
+}

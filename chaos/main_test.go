@@ -1,0 +1,11 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"testing"
+
+	"github.com/outboxd/outbox/internal/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
