@@ -48,11 +48,13 @@ type Config struct {
 	// Defaults to false.
 	DisableNotify bool
 
-	// FetchCooldown is the least time between two registrations as an idle
-	// listener. Inserts notify only while a dispatcher is registered, so
-	// this bounds the notifications producers pay for under a trickle of
-	// inserts, at the price of up to this much extra delivery latency then.
-	// Defaults to 50ms.
+	// FetchCooldown paces the dispatcher when it is not saturated: after a
+	// claim that returned less than a full batch it waits this long before
+	// claiming again, and it registers as an idle listener at most once per
+	// cooldown. Under a trickle of inserts this turns many one-row claims
+	// into few batched ones and bounds the notifications producers pay for,
+	// at the price of up to this much extra delivery latency. A full batch
+	// is always followed by the next claim at once. Defaults to 50ms.
 	FetchCooldown time.Duration
 
 	// HeartbeatInterval, when positive, turns on heartbeats: every interval

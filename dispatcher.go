@@ -354,6 +354,16 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 				jobs <- j
 			}
 			buf = rows[:0]
+			if len(rows) < d.cfg.BatchSize {
+				// A partial batch: the backlog is drained and rows trickle
+				// in. Claiming again at once would take them a few at a
+				// time, each claim and finalize costing the database nearly
+				// what a full batch does; pacing claims by the cooldown
+				// batches a trickle at the price of that much latency.
+				if !pause(ctx, d.cfg.FetchCooldown) {
+					return
+				}
+			}
 			continue
 		}
 		// Nothing claimable now.
@@ -670,4 +680,19 @@ func (d *Dispatcher) finalizeOnce(ctx context.Context, outcomes []store.Outcome)
 	}
 	failpoint.Hit("in-finalize")
 	return held, tx.Commit(ctx)
+}
+
+// pause waits d, or until ctx is done (false).
+func pause(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

@@ -28,6 +28,7 @@ type benchOpts struct {
 	rf        runFlags
 	keep      bool
 	producers int
+	rounds    int
 	duration  time.Duration
 }
 
@@ -45,7 +46,8 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&o.doneRows, "done-rows", 0, "done rows to pre-fill the table with (a claim must not slow down with them)")
 	fs.StringVar(&o.variant, "variant", "lease", "lease (outboxd), seed (the article's per-row design) or both")
 	fs.IntVar(&o.producers, "producers", 0, "instead of draining: measure producer insert rates with N concurrent producers (NOTIFY cost)")
-	durVar(fs, &o.duration, "duration", 10*time.Second, "length of each producer phase")
+	durVar(fs, &o.duration, "duration", 5*time.Second, "length of each producer phase")
+	fs.IntVar(&o.rounds, "rounds", 3, "producer phases are alternated this many times; the median counts")
 	fs.BoolVar(&o.keep, "keep", false, "keep the bench schema afterwards")
 	if err := parseLayered(e, fs, &db, args); err != nil {
 		return err
@@ -58,7 +60,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if o.messages < 1 || o.doneRows < 0 || o.producers < 0 {
+	if o.messages < 1 || o.doneRows < 0 || o.producers < 0 || o.rounds < 1 {
 		return usagef("--messages must be positive and --done-rows, --producers not negative")
 	}
 	if !slices.Contains([]string{"lease", "seed", "both"}, o.variant) {
@@ -347,6 +349,9 @@ func benchProducers(ctx context.Context, e *env, pool *pgxpool.Pool, o *benchOpt
 			}
 			return runDispatcher(ctx, table, true)
 		}},
+		{"outboxd wake trigger, polling dispatcher", func(ctx context.Context, table string) (func(), error) {
+			return runDispatcher(ctx, table, true)
+		}},
 		{"outboxd wake trigger, listening dispatcher", func(ctx context.Context, table string) (func(), error) {
 			return runDispatcher(ctx, table, false)
 		}},
@@ -362,30 +367,46 @@ func benchProducers(ctx context.Context, e *env, pool *pgxpool.Pool, o *benchOpt
 			return runDispatcher(ctx, table, true)
 		}},
 	}
-	var base float64
-	for _, ph := range phases {
-		table, drop, err := benchSchema(ctx, e, pool, &benchOpts{keep: o.keep}, 0)
-		if err != nil {
+	// Phases alternate over several rounds and the median counts, so a
+	// burst of load elsewhere on the machine skews one sample, not the result.
+	rates := make([][]float64, len(phases))
+	for round := 1; round <= o.rounds; round++ {
+		for i, ph := range phases {
+			table, drop, err := benchSchema(ctx, e, pool, &benchOpts{keep: o.keep}, 0)
+			if err != nil {
+				drop()
+				return err
+			}
+			stop, err := ph.setup(ctx, table)
+			if err != nil {
+				drop()
+				return err
+			}
+			rate, err := produce(ctx, pool, table, o.producers, o.duration)
+			stop()
 			drop()
-			return err
+			if err != nil {
+				return err
+			}
+			rates[i] = append(rates[i], rate)
+			fmt.Fprintf(e.stderr, "  round %d: %s: %.0f inserts/s\n", round, ph.name, rate)
 		}
-		stop, err := ph.setup(ctx, table)
-		if err != nil {
-			drop()
-			return err
-		}
-		rate, err := produce(ctx, pool, table, o.producers, o.duration)
-		stop()
-		drop()
-		if err != nil {
-			return err
-		}
-		if base == 0 {
-			base = rate
-		}
-		fmt.Fprintf(e.stdout, "%-55s %7.0f inserts/s  (%.1f%% of no trigger)\n", ph.name, rate, 100*rate/base)
+	}
+	base := median(rates[0])
+	for i, ph := range phases {
+		m := median(rates[i])
+		fmt.Fprintf(e.stdout, "%-55s %7.0f inserts/s  (%.1f%% of no trigger; median of %d)\n", ph.name, m, 100*m/base, len(rates[i]))
 	}
 	return nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
 }
 
 func produce(ctx context.Context, pool *pgxpool.Pool, table string, producers int, d time.Duration) (float64, error) {

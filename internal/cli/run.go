@@ -26,7 +26,7 @@ type runFlags struct {
 	workers, batch, maxAttempts                  int
 	lease, pollInterval, publishTimeout          time.Duration
 	retryBase, retryCap, deferDelay, deferMaxAge time.Duration
-	heartbeat                                    time.Duration
+	heartbeat, fetchCooldown                     time.Duration
 	ordered, noNotify                            bool
 	owner                                        string
 }
@@ -52,6 +52,7 @@ func (r *runFlags) register(fs *flag.FlagSet, defaultSink string) {
 		{&r.retryCap, "retry-cap", outbox.RetryCapDefault, "backoff cap"},
 		{&r.deferDelay, "defer-delay", outbox.DeferDelayDefault, "delay of a defer that names none (HTTP 425 without Retry-After)"},
 		{&r.deferMaxAge, "defer-max-age", outbox.DeferMaxAgeDefault, "a deferred message older than this goes dead; 0 = no limit"},
+		{&r.fetchCooldown, "fetch-cooldown", outbox.FetchCooldownDefault, "least time between two registrations as an idle listener: bounds wake-ups under a trickle of inserts"},
 		{&r.heartbeat, "heartbeat", 0, "extend held leases this often (at most lease/3), so publishes may outlive the lease; 0 = off"},
 	} {
 		*d.p = d.def
@@ -92,6 +93,7 @@ func (r *runFlags) config(table string, logger *slog.Logger) (*outbox.Config, er
 		Lease: r.lease, PollInterval: r.pollInterval, PublishTimeout: r.publishTimeout,
 		RetryBase: r.retryBase, RetryCap: r.retryCap, DeferDelay: r.deferDelay, DeferMaxAge: maxAge,
 		Ordered: r.ordered, DisableNotify: r.noNotify, Logger: logger, HeartbeatInterval: r.heartbeat,
+		FetchCooldown: r.fetchCooldown,
 	}
 	if err := cfg.WithDefaults().Validate(); err != nil {
 		return nil, usagef("%s", flagNames(err.Error()))
