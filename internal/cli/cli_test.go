@@ -1080,9 +1080,11 @@ func testBenchDrain(t *testing.T, bin string) {
 
 func testBenchProducers(t *testing.T, bin string) {
 	dsn := testdb.DSN(t)
-	p := start(t, bin, envWith(dsn), nil, "bench", "--producers", "2", "--duration", "1s", "--dsn", dsn)
+	p := start(t, bin, envWith(dsn), nil, "bench", "--producers", "2", "--duration", "1s", "--rounds", "2", "--dsn", dsn)
 	r := p.wait()
 	requireOK(t, r)
-	require.Len(t, regexp.MustCompile(`(?m)^.+\s[0-9]+ inserts/s `).FindAllString(r.stdout, -1), 3, "%s", r)
+	lines := regexp.MustCompile(`(?m)^.+\s[0-9]+ inserts/s .*median of 2\)$`).FindAllString(r.stdout, -1)
+	require.Len(t, lines, 4, "one line per phase: no trigger, trigger polling, trigger listening, naive\n%s", r)
+	require.Contains(t, lines[0], "100.0% of no trigger")
 	requireNoSchemasLeft(t, p.cmd.Process.Pid)
 }
