@@ -222,9 +222,9 @@ func (s *Sink) Publish(ctx context.Context, msg *outbox.Message) error {
 	h.Set("Idempotency-Key", id)
 	h.Set("Ce-Specversion", "1.0")
 	h.Set("Ce-Id", id)
-	h.Set("Ce-Type", percentEncode(msg.EventType))
-	h.Set("Ce-Source", percentEncode(msg.AggregateType))
-	h.Set("Ce-Subject", percentEncode(msg.AggregateID))
+	h.Set("Ce-Type", sinkutil.PercentEncodeHeader(msg.EventType))
+	h.Set("Ce-Source", sinkutil.PercentEncodeHeader(msg.AggregateType))
+	h.Set("Ce-Subject", sinkutil.PercentEncodeHeader(msg.AggregateID))
 	h.Set("Ce-Time", msg.CreatedAt.UTC().Format(time.RFC3339Nano))
 	h.Set("Outbox-Fencing-Token", strconv.FormatInt(msg.FencingToken, 10))
 	h.Set("Outbox-Attempt", strconv.Itoa(msg.Attempt))
@@ -332,37 +332,6 @@ func drainClose(body io.ReadCloser) {
 	_, _ = io.Copy(io.Discard, io.LimitReader(body, maxDrain))
 	_ = body.Close()
 }
-
-// percentEncode encodes a header value as the CloudEvents HTTP binding
-// (section 3.1.3.2) requires: space, double quote, percent and every byte
-// outside printable ASCII 0x21-0x7E become %XY of the UTF-8 bytes, upper-case.
-func percentEncode(v string) string {
-	const hex = "0123456789ABCDEF"
-	n := 0
-	for i := 0; i < len(v); i++ {
-		if needsEncoding(v[i]) {
-			n++
-		}
-	}
-	if n == 0 {
-		return v
-	}
-	var b strings.Builder
-	b.Grow(len(v) + 2*n)
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if needsEncoding(c) {
-			b.WriteByte('%')
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&0x0F])
-		} else {
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
-}
-
-func needsEncoding(c byte) bool { return c < 0x21 || c > 0x7E || c == '"' || c == '%' }
 
 // reservedHeader reports whether a message header named ck (canonical form)
 // must not be sent. Besides the headers the sink writes, it covers those

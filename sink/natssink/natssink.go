@@ -709,33 +709,7 @@ func badTokenRune(r rune) bool {
 // ASCII become %XY of the UTF-8 bytes, as the CloudEvents HTTP binding
 // encodes ce-* headers. Values without such bytes pass unchanged; receivers
 // decode with a percent-decoder (Go: url.PathUnescape).
-func EncodeHeaderValue(v string) string {
-	const hex = "0123456789ABCDEF"
-	n := 0
-	for i := 0; i < len(v); i++ {
-		if needsEncoding(v[i]) {
-			n++
-		}
-	}
-	if n == 0 {
-		return v
-	}
-	var b strings.Builder
-	b.Grow(len(v) + 2*n)
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if needsEncoding(c) {
-			b.WriteByte('%')
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&0x0F])
-		} else {
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
-}
-
-func needsEncoding(c byte) bool { return c < 0x21 || c > 0x7E || c == '"' || c == '%' }
+func EncodeHeaderValue(v string) string { return sinkutil.PercentEncodeHeader(v) }
 
 // emptyMessage expands a template to its literal parts alone.
 var emptyMessage = &outbox.Message{}
