@@ -40,3 +40,10 @@ chaos-ci: ## the chaos tiers CI runs (tiers 1 and 2, about 3 minutes)
 
 chaos-soak: ## random faults for CHAOS_DURATION (default 30m), by hand
 	CHAOS_OUT=$(CHAOS_OUT) CHAOS_DURATION=$${CHAOS_DURATION:-30m} $(GO) test -tags chaos -count=1 -timeout 3h -v -run TestSoak ./chaos/
+
+.PHONY: chaos-nats
+
+# chaos and chaos-ci already run TestRandomFaultsNATS (their -run pattern
+# matches it); this runs the broker variant alone.
+chaos-nats: ## random faults against a NATS JetStream sink, verbose (nats-server with JetStream at CHAOS_NATS_ADDR, default 127.0.0.1:4222)
+	CHAOS_OUT=$(CHAOS_OUT) $(GO) test -tags chaos -count=1 -parallel 1 -timeout 6m -v -run 'TestCheckerNATS|TestRandomFaultsNATS' ./chaos/

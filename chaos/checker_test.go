@@ -169,7 +169,10 @@ func isLifecycle(kind string) bool { return kind == "start" || kind == "exit" ||
 func (r *run) check(drainTook time.Duration) (*report, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dels, refused := r.rec.snapshot()
+	dels, refused, err := r.deliveries()
+	if err != nil {
+		return nil, err
+	}
 	events := r.ev.snapshot()
 	rep := &report{
 		Run: r.cfg.name, Tier: r.cfg.tier, Seed: r.seed, Replay: fmt.Sprintf("CHAOS_SEED=%d", r.seed),
@@ -190,6 +193,9 @@ func (r *run) check(drainTook time.Duration) (*report, error) {
 	for _, d := range dels {
 		byGroup[d.Group] = append(byGroup[d.Group], d)
 	}
+	// The deliveries again, with the owners the audit trail named (the
+	// broker's carry none), for the per-slot recovery figures.
+	var owned []delivery
 	for _, g := range r.groups {
 		rows, err := r.loadRows(ctx, g)
 		if err != nil {
@@ -199,7 +205,9 @@ func (r *run) check(drainTook time.Duration) (*report, error) {
 		if err != nil {
 			return nil, err
 		}
+		ownersFromAudit(byGroup[g.name], audit)
 		c := checkGroup(g, rows, audit, byGroup[g.name], events, r.cfg)
+		owned = append(owned, byGroup[g.name]...)
 		rep.Groups[g.name] = c
 		rep.add(c)
 		g.led.mu.Lock()
@@ -207,7 +215,7 @@ func (r *run) check(drainTook time.Duration) (*report, error) {
 		g.led.mu.Unlock()
 	}
 	rep.FencedFinalizes = countInLogs(r.dir, "lost lease: finalize fenced off")
-	r.timing(rep, dels, events)
+	r.timing(rep, owned, events)
 	return rep, nil
 }
 
@@ -369,6 +377,9 @@ func checkGroup(g *group, rows map[int64]rowState, audit []auditRec, dels []deli
 		}
 	}
 	doneSeq := map[int64]int64{}
+	// failed: leases whose holder itself finalized them as not done (it
+	// saw its publish fail), by owner.
+	failed := map[leaseKey]string{}
 	var claims []claimAt
 	for _, a := range audit {
 		isClaim := a.newStatus == "processing" && (a.oldStatus != "processing" || a.newVersion != a.oldVersion)
@@ -405,6 +416,9 @@ func checkGroup(g *group, rows map[int64]rowState, audit []auditRec, dels []deli
 			}
 		default:
 			holder, ok := claimOf[leaseKey{a.id, a.oldVersion}]
+			if a.newStatus != "done" {
+				failed[leaseKey{a.id, a.oldVersion}] = a.app
+			}
 			if !ok || holder.app != a.app {
 				c.StaleFinalize++
 				c.example("stale_finalize", "finalize of %d (%s) by %s with lease %d held by %q", a.id, a.newStatus, a.app, a.oldVersion, holder.app)
@@ -414,7 +428,7 @@ func checkGroup(g *group, rows map[int64]rowState, audit []auditRec, dels []deli
 				if _, seen := doneSeq[a.id]; !seen {
 					doneSeq[a.id] = a.seq
 				}
-				if !acked[leaseKey{a.id, a.oldVersion}][a.app] {
+				if !acked[leaseKey{a.id, a.oldVersion}][a.app] && !dedupedAck(cfg, byID[a.id], a.oldVersion, claimOf[leaseKey{a.id, a.oldVersion}]) {
 					c.StaleFinalize++
 					c.example("stale_finalize", "done of %d by %s at lease %d, but the sink never acknowledged that lease to it", a.id, a.app, a.oldVersion)
 				}
@@ -435,7 +449,7 @@ func checkGroup(g *group, rows map[int64]rowState, audit []auditRec, dels []deli
 		})
 		for i := 1; i < len(ds); i++ {
 			c.Duplicates++
-			cause := explain(ds[i-1], ds[i], claimOf, events, cfg)
+			cause := explain(ds[i-1], ds[i], claimOf, failed, events, cfg)
 			c.DuplicatesByCause[cause]++
 			if strings.HasPrefix(cause, "unexplained") {
 				c.UnexplainedDuplicates++
@@ -451,6 +465,23 @@ func checkGroup(g *group, rows map[int64]rowState, audit []auditRec, dels []deli
 		orderingChecks(c, rows, byID, doneSeq, claims)
 	}
 	return c
+}
+
+// dedupedAck reports whether a broker's PubAck for lease token of an id
+// can have been JetStream's duplicate answer: the stream already held the
+// id (the Nats-Msg-Id) from an older lease, stored within the duplicate
+// window (1 s, plus slack for the clocks) before this lease was claimed
+// or since. Such a publish stores nothing yet truly succeeds.
+func dedupedAck(cfg runConfig, ds []delivery, token int64, claim auditRec) bool {
+	if cfg.sink != sinkNATS || claim.at.IsZero() {
+		return false
+	}
+	for _, d := range ds {
+		if d.Token < token && !d.Received.Before(claim.at.Add(-2*time.Second)) {
+			return true
+		}
+	}
+	return false
 }
 
 // corruption says how a delivery differs from what was committed under its
@@ -492,7 +523,13 @@ func truncateStr(s string, n int) string {
 // explains losing the lease or the outcome: killed, paused, its database
 // or sink link cut or black-holed or reset, its sessions terminated,
 // PostgreSQL restarted; or the sink dropped the answer to prev.
-func explain(prev, cur delivery, claimOf map[leaseKey]auditRec, events []event, cfg runConfig) string {
+//
+// A broker's answer (the PubAck) is not observable: a stored message
+// counts as acknowledged. There, a holder that finalized its lease as not
+// done (a PubAck that came too late or not at all) also explains the
+// duplicate: it saw its publish fail, so the re-publish of a new lease is
+// the at-least-once retry, not a takeover.
+func explain(prev, cur delivery, claimOf map[leaseKey]auditRec, failed map[leaseKey]string, events []event, cfg runConfig) string {
 	if prev.Answer != answerOK && prev.Token <= cur.Token {
 		return "answer_" + prev.Answer
 	}
@@ -523,13 +560,16 @@ func explain(prev, cur delivery, claimOf map[leaseKey]auditRec, events []event, 
 			return "holder_" + e.Kind
 		case e.Slot == slotName && strings.HasPrefix(e.Kind, "db_"):
 			return "holder_" + e.Kind
-		case e.Slot == slotName && strings.HasPrefix(e.Kind, "sink_") && (strings.HasSuffix(e.Kind, "cut") || strings.HasSuffix(e.Kind, "blackhole")):
+		case e.Slot == slotName && (e.Kind == faultSinkCut || e.Kind == faultSinkBlackHole || e.Kind == faultSinkReset):
 			return "holder_" + e.Kind
 		case e.Kind == faultTerminate && (e.Slot == "" || e.Slot == slotName):
 			return "holder_" + e.Kind
 		case e.Kind == faultPGRestart:
 			return e.Kind
 		}
+	}
+	if cfg.sink == sinkNATS && holder.Path != "" && failed[leaseKey{holder.ID, holder.Token}] == holder.Path {
+		return "holder_publish_failed"
 	}
 	return fmt.Sprintf("unexplained: holder %s of lease %d had no fault in force", holder.Path, holder.Token)
 }

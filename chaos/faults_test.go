@@ -23,6 +23,7 @@ const (
 	faultDBReset         = "db_reset"
 	faultSinkCut         = "sink_cut"
 	faultSinkBlackHole   = "sink_blackhole"
+	faultSinkReset       = "sink_reset"
 	faultTerminate       = "terminate_backend"
 	faultPGRestart       = "pg_restart"
 	faultSink5xx         = "sink_5xx"
@@ -34,11 +35,14 @@ const (
 	faultFailpointArming = "failpoint" // not scheduled: armed on incarnations
 )
 
-// weightedFaults is the random tiers' menu.
-var weightedFaults = []struct {
+// weightedFault is one entry of a menu of faults.
+type weightedFault struct {
 	kind   string
 	weight int
-}{
+}
+
+// weightedFaults is the random tiers' menu.
+var weightedFaults = []weightedFault{
 	{faultSigkill, 2}, {faultSigstop, 2}, {faultSigterm, 2},
 	{faultDBCut, 2}, {faultDBBlackHole, 2}, {faultDBReset, 1},
 	{faultSinkCut, 1}, {faultSinkBlackHole, 1},
@@ -60,14 +64,19 @@ type planned struct {
 
 // plan draws the fault schedule of a random run.
 func plan(rng *rand.Rand, phase time.Duration, nSlots int, lease, idleTx time.Duration) []planned {
+	return planFrom(weightedFaults, rng, phase, nSlots, lease, idleTx)
+}
+
+// planFrom draws a fault schedule from menu.
+func planFrom(menu []weightedFault, rng *rand.Rand, phase time.Duration, nSlots int, lease, idleTx time.Duration) []planned {
 	total := 0
-	for _, w := range weightedFaults {
+	for _, w := range menu {
 		total += w.weight
 	}
 	// Every kind once first, in an order drawn from the seed, so even a
 	// short run meets each fault; then weighted draws.
-	first := make([]string, len(weightedFaults))
-	for i, w := range weightedFaults {
+	first := make([]string, len(menu))
+	for i, w := range menu {
 		first[i] = w.kind
 	}
 	rng.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
@@ -83,7 +92,7 @@ func plan(rng *rand.Rand, phase time.Duration, nSlots int, lease, idleTx time.Du
 			kind = first[len(out)]
 		} else {
 			n := rng.IntN(total)
-			for _, w := range weightedFaults {
+			for _, w := range menu {
 				if n < w.weight {
 					kind = w.kind
 					break
@@ -182,6 +191,10 @@ func (r *run) inject(ctx context.Context, f planned) {
 	case faultDBReset:
 		now := time.Now()
 		s.dbProxy.Reset()
+		r.ev.add(event{Kind: f.kind, Slot: s.name, Owner: owner, Start: now, End: time.Now()})
+	case faultSinkReset:
+		now := time.Now()
+		s.sinkProxy.Reset()
 		r.ev.add(event{Kind: f.kind, Slot: s.name, Owner: owner, Start: now, End: time.Now()})
 	case faultSinkCut:
 		interval(f.kind, "", f.dur, s.sinkProxy.Cut, s.sinkProxy.Restore)

@@ -139,8 +139,13 @@ type runConfig struct {
 	publishTimeout time.Duration
 	restartDelay   time.Duration
 	drainTimeout   time.Duration
-	groups         []groupConfig
+	// sink is where workers deliver: the recording HTTP receiver ("") or
+	// a stream on the shared nats-server (sinkNATS).
+	sink   string
+	groups []groupConfig
 }
+
+const sinkNATS = "nats"
 
 type groupConfig struct {
 	name       string // also the table name
@@ -174,6 +179,7 @@ type run struct {
 	dir    string
 	schema string
 	rec    *recorder
+	nats   *natsRecorder // the broker variant's stream; nil for HTTP
 	ev     eventLog
 	groups []*group
 	// calm stops arming failpoints on new incarnations (the final drain).
@@ -232,6 +238,15 @@ func newRun(t *testing.T, e *env, cfg runConfig, seed uint64) *run {
 		t.Fatal(err)
 	}
 	pgAddr := "127.0.0.1:" + strconv.Itoa(e.cluster.Port)
+	sinkAddr := rec.Addr()
+	if cfg.sink == sinkNATS {
+		var names []string
+		for _, gc := range cfg.groups {
+			names = append(names, gc.name)
+		}
+		r.nats = newNATSRecorder(t, cfg.name, names)
+		sinkAddr = natsAddr()
+	}
 	for gi, gc := range cfg.groups {
 		g := &group{cfg: gc, name: gc.name, table: r.schema + "." + gc.name,
 			audit: r.schema + "." + gc.name + "_audit", led: newLedger()}
@@ -259,7 +274,7 @@ func newRun(t *testing.T, e *env, cfg runConfig, seed uint64) *run {
 			if s.dbProxy, err = newProxy(s.name+"-db", pgAddr); err != nil {
 				t.Fatal(err)
 			}
-			if s.sinkProxy, err = newProxy(s.name+"-sink", rec.Addr()); err != nil {
+			if s.sinkProxy, err = newProxy(s.name+"-sink", sinkAddr); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(s.dbProxy.Close)
@@ -496,7 +511,7 @@ func (r *run) finish() *report {
 	}
 	evs, _ := json.MarshalIndent(r.ev.snapshot(), "", "  ")
 	_ = os.WriteFile(filepath.Join(r.dir, "events.json"), evs, 0o644)
-	dels, _ := r.rec.snapshot()
+	dels, _, _ := r.deliveries()
 	if f, err := os.Create(filepath.Join(r.dir, "deliveries.jsonl")); err == nil {
 		enc := json.NewEncoder(f)
 		for _, d := range dels {
@@ -513,6 +528,17 @@ func (r *run) finish() *report {
 			r.cfg.name, rep.Committed, rep.DeliveredUnique, rep.Deliveries, rep.Duplicates, rep.FencedFinalizes)
 	}
 	return rep
+}
+
+// deliveries returns what the run's sink received: the HTTP receiver's
+// log, or every message of the broker variant's stream.
+func (r *run) deliveries() ([]delivery, map[string]int, error) {
+	if r.nats != nil {
+		dels, err := r.nats.snapshot()
+		return dels, map[string]int{}, err
+	}
+	dels, refused := r.rec.snapshot()
+	return dels, refused, nil
 }
 
 // installAudit adds the test-only audit trail: every change of status or

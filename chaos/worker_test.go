@@ -129,10 +129,14 @@ func (s *slot) start() (*proc, error) {
 	owner := s.owner(inc)
 	dsn := fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable&application_name=%s&connect_timeout=5",
 		r.env.cluster.User, s.dbProxy.Addr(), owner)
+	sink := fmt.Sprintf("http://%s/deliver/%s/%s", s.sinkProxy.Addr(), s.g.name, owner)
+	if r.nats != nil {
+		sink = r.nats.sinkURL(s.sinkProxy.Addr(), s.g.name, owner)
+	}
 	args := []string{"run",
 		"--dsn", dsn,
 		"--table", s.g.table,
-		"--sink", fmt.Sprintf("http://%s/deliver/%s/%s", s.sinkProxy.Addr(), s.g.name, owner),
+		"--sink", sink,
 		"--owner", owner,
 		"--workers", "4",
 		"--batch", "10",
