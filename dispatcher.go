@@ -505,18 +505,27 @@ func (d *Dispatcher) finalize(batch []result) {
 	var err error
 	start := time.Now()
 	defer d.forget(batch)
-	for attempt := range 3 {
+	// Keep trying while the batch's leases may still hold (a database
+	// restart or failover takes seconds): every try is fenced, so a late
+	// success is still correct, and each give-up means re-deliveries.
+	giveUp := start.Add(2 * time.Second)
+	for i := range batch {
+		if dl := time.Now().Add(batch[i].job.untilDeadline()); dl.After(giveUp) {
+			giveUp = dl
+		}
+	}
+	for attempt := 0; ; attempt++ {
 		// Finalize must not be cut short by shutdown: a publish that succeeded
 		// and is not recorded would be delivered again.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		held, err = d.finalizeOnce(ctx, outcomes)
 		cancel()
 		d.stats.finalizes.Add(1)
-		if err == nil {
+		if err == nil || time.Now().After(giveUp) {
 			break
 		}
-		d.log.Error("finalize failed", slog.Any("error", err), slog.Int("rows", len(batch)), slog.Int("try", attempt+1))
-		time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
+		d.log.Error("finalize failed; retrying", slog.Any("error", err), slog.Int("rows", len(batch)), slog.Int("try", attempt+1))
+		time.Sleep(min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second))
 	}
 	if err != nil {
 		// The rows stay processing; their leases expire and they are
