@@ -28,6 +28,8 @@ func (k outcomeKind) String() string {
 //   - nil: done.
 //   - Defer: pending after its delay, attempt refunded; dead once the message
 //     is older than DeferMaxAge.
+//   - Unavailable (a condition of the sink's connection): pending after at
+//     least UnavailableDelayDefault, attempt refunded.
 //   - Permanent, or a sink panic: dead at once.
 //   - Retryable, a publish timeout, or an unclassified error: pending after a
 //     full-jitter backoff; dead when this was the last attempt. Unclassified
@@ -45,6 +47,7 @@ func (d *Dispatcher) classify(j *job, err error) result {
 		permErr  *PermanentError
 		retryErr *RetryableError
 		panicErr *panicError
+		unavErr  *UnavailableError
 	)
 	switch {
 	case errors.As(err, &deferErr):
@@ -57,6 +60,12 @@ func (d *Dispatcher) classify(j *job, err error) result {
 		}
 		r.kind = kindDeferred
 		r.outcome.Status, r.outcome.Delay, r.outcome.Refund, r.outcome.Error = store.StatusPending, delay, true, msg
+		return r
+	case errors.As(err, &unavErr):
+		// A condition of the connection, not of the message: no attempt spent.
+		r.kind = kindDeferred
+		r.outcome.Status, r.outcome.Refund, r.outcome.Error = store.StatusPending, true, msg
+		r.outcome.Delay = max(unavErr.After, UnavailableDelayDefault)
 		return r
 	case errors.As(err, &permErr), errors.As(err, &panicErr):
 		return d.dead(r, msg)

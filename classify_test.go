@@ -258,3 +258,25 @@ func TestFailureClassification(t *testing.T) {
 		})
 	}
 }
+
+// A credential or certificate failure is a condition of the sink's
+// connection: however often it repeats, it never spends the message.
+func TestUnavailableRefundsTheAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.enqueueN(t, 1, "a")[0]
+	rec := newRecorder(func(context.Context, *outbox.Message) error {
+		return outbox.Unavailable(errors.New("NOAUTH Authentication required"))
+	})
+	d := b.dispatcher(t, rec.Sink(), &outbox.Config{MaxAttempts: 1})
+	before := b.dbNow(t)
+	start(t, d)
+	eventually(t, func() bool { return d.Stats().Deferred == 1 })
+
+	r := b.row(t, id)
+	require.Equal(t, "pending", r.Status)
+	require.Equal(t, 0, r.Attempts, "the attempt is refunded")
+	require.Equal(t, "sink unavailable: NOAUTH Authentication required", r.lastError())
+	require.GreaterOrEqual(t, r.AvailableAt.Sub(before), outbox.UnavailableDelayDefault)
+	require.Zero(t, d.Stats().Dead)
+}

@@ -78,6 +78,35 @@ func Defer(delay time.Duration, reason string) error {
 	return &DeferError{Delay: max(delay, 0), Reason: reason}
 }
 
+// UnavailableError reports that the sink as a whole cannot deliver right now
+// for a reason of its connection, not of the message: authentication or
+// authorization refused, a certificate expired or untrusted. Such a failure
+// does not spend the message's attempt (a credential rotation must not send
+// healthy messages dead); the message goes back to pending after at least
+// After, or [UnavailableDelayDefault] when After is zero. Build one with
+// [Unavailable].
+type UnavailableError struct {
+	Err   error
+	After time.Duration
+}
+
+// UnavailableDelayDefault is the least delay before a message refused by an
+// unavailable sink is tried again.
+const UnavailableDelayDefault = 30 * time.Second
+
+func (e *UnavailableError) Error() string { return fmt.Sprintf("sink unavailable: %v", e.Err) }
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// Unavailable marks err as a condition of the sink's connection (credentials,
+// permissions, certificates) rather than of the message.
+func Unavailable(err error) error { return &UnavailableError{Err: orUnknown(err)} }
+
+// IsUnavailable reports whether err is, or wraps, an [UnavailableError].
+func IsUnavailable(err error) bool {
+	var e *UnavailableError
+	return errors.As(err, &e)
+}
+
 // IsRetryable reports whether err is, or wraps, a [RetryableError].
 func IsRetryable(err error) bool {
 	var e *RetryableError
