@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/internal/jsonout"
 )
 
 func runMigrate(ctx context.Context, e *env, args []string) error {
@@ -495,11 +496,7 @@ func oneLine(s string, n int) string {
 	return s
 }
 
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
+func writeJSON(w io.Writer, v any) error { return jsonout.Write(w, v) }
 
 // cleanErr drops the library's "outbox: " prefixes: the CLI prints its own.
 func cleanErr(err error) error {

@@ -45,6 +45,7 @@ func commands() []command {
 		{"status", "show counts by status, oldest pending age, expired leases, attempts", runStatus},
 		{"dead", "list, retry or skip dead messages (dead list|retry|skip)", runDead},
 		{"purge", "delete done messages older than a duration, in batches", runPurge},
+		{"console", "serve the web console and its JSON API (--addr, default 127.0.0.1:8080)", runConsole},
 		{"config", "check a config file and print the effective configuration (config check)", runConfig},
 		{"demo", "run the whole pipeline on a throwaway database and show a summary", runDemo},
 		{"bench", "measure drain throughput, round trips and delivery lag", runBench},

@@ -137,17 +137,19 @@ func isIdent(b byte) bool {
 // runSetup holds the options run and config check share, and where each
 // effective value came from.
 type runSetup struct {
-	metricsAddr string
-	secrets     secretFlags
-	retention   time.Duration
-	db          dbFlags
-	rf          runFlags
-	lf          logFlags
-	drain       bool
-	routes      routeFlags
-	fileRoutes  []routeSpec
-	fs          *flag.FlagSet
-	sources     map[string]source
+	metricsAddr  string
+	consoleAddr  string
+	consoleWrite bool
+	secrets      secretFlags
+	retention    time.Duration
+	db           dbFlags
+	rf           runFlags
+	lf           logFlags
+	drain        bool
+	routes       routeFlags
+	fileRoutes   []routeSpec
+	fs           *flag.FlagSet
+	sources      map[string]source
 }
 
 func newRunSetup(e *env, name, synopsis string) *runSetup {
@@ -158,6 +160,8 @@ func newRunSetup(e *env, name, synopsis string) *runSetup {
 	s.fs.BoolVar(&s.drain, "drain", false, "exit 0 once nothing is pending or processing")
 	s.fs.Var(&s.secrets, "webhook-secret", "sign webhooks (Standard Webhooks) with this whsec_ secret; repeat or comma-separate to rotate keys, newest first (prefer $OUTBOXD_WEBHOOK_SECRET)")
 	s.fs.StringVar(&s.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this address (e.g. :9090)")
+	s.fs.StringVar(&s.consoleAddr, "console-addr", "", "serve the web console and its API on this address (e.g. 127.0.0.1:8080)")
+	s.fs.BoolVar(&s.consoleWrite, "console-write", false, "allow the console's actions that change rows (dead retry/skip, replay)")
 	durVar(s.fs, &s.retention, "retention", 0, "purge done rows older than this in the background (e.g. 7d); 0 = keep them")
 	s.fs.Var(&s.routes, "route", "route FILTER[,FILTER]=URL, e.g. event_type=Order*=http://orders/hook (repeatable; replaces the file's routes)")
 	return s
@@ -325,6 +329,13 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	d, err := outbox.NewDispatcher(pool, sink, cfg)
 	if err != nil {
 		return cleanErr(err)
+	}
+	if s.consoleAddr != "" {
+		stopConsole, err := s.startConsole(ctx, e, pool, logger)
+		if err != nil {
+			return err
+		}
+		defer stopConsole()
 	}
 	if m != nil {
 		m.SetUp(true)

@@ -1,0 +1,106 @@
+package console
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/outboxd/outbox/internal/jsonout"
+)
+
+// apiHandler is an API endpoint, called once the request is authenticated.
+type apiHandler func(w http.ResponseWriter, r *http.Request, p principal)
+
+// apiErrorBody is the shape of every API error.
+type apiErrorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func apiError(w http.ResponseWriter, status int, code, msg string) {
+	var b apiErrorBody
+	b.Error.Code, b.Error.Message = code, msg
+	writeJSON(w, status, b)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	_ = jsonout.Write(w, v)
+}
+
+// api authenticates a read endpoint.
+func (s *Server) api(h apiHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		p, ok := s.authenticate(r)
+		if !ok {
+			s.challenge(w)
+			apiError(w, http.StatusUnauthorized, "unauthorized", "authentication required: a bearer token or basic auth")
+			return
+		}
+		h(w, r, p)
+	}
+}
+
+// apiWrite authenticates a write endpoint, then refuses it on a read-only
+// console and on a failed CSRF check.
+func (s *Server) apiWrite(h apiHandler) http.HandlerFunc {
+	return s.api(func(w http.ResponseWriter, r *http.Request, p principal) {
+		if !s.cfg.Write {
+			apiError(w, http.StatusForbidden, "read_only", "the console is read-only (start it with --console-write to allow actions)")
+			return
+		}
+		switch checkWrite(r, p) {
+		case "cross_site":
+			apiError(w, http.StatusForbidden, "cross_site", "cross-site request refused")
+			return
+		case "csrf":
+			apiError(w, http.StatusForbidden, "csrf", "missing or wrong "+CSRFHeader+" header for this session")
+			return
+		}
+		h(w, r, p)
+	})
+}
+
+func (s *Server) challenge(w http.ResponseWriter) {
+	if s.cfg.Credentials.Token != "" {
+		w.Header().Add("WWW-Authenticate", `Bearer realm="outboxd console"`)
+	}
+	if s.cfg.Credentials.User != "" {
+		w.Header().Add("WWW-Authenticate", `Basic realm="outboxd console", charset="UTF-8"`)
+	}
+}
+
+// tableOf returns the table the request names, or answers 404.
+func (s *Server) tableOf(w http.ResponseWriter, r *http.Request) *table {
+	name := r.PathValue("table")
+	if name == "" {
+		name = r.URL.Query().Get("table")
+	}
+	if name == "" {
+		return s.tables[0]
+	}
+	if t := s.byName[name]; t != nil {
+		return t
+	}
+	apiError(w, http.StatusNotFound, "unknown_table", "the console does not serve table "+name)
+	return nil
+}
+
+// decodeBody reads a JSON request body of at most 1 MiB into v.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			apiError(w, http.StatusRequestEntityTooLarge, "too_large", "request body over 1 MiB")
+			return false
+		}
+		apiError(w, http.StatusBadRequest, "bad_request", "invalid JSON body: "+err.Error())
+		return false
+	}
+	return true
+}

@@ -1,0 +1,170 @@
+package console_test
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outbox/console"
+)
+
+func TestAuth(t *testing.T) {
+	t.Parallel()
+	creds := console.Credentials{Token: testToken, User: "ops", Password: "pa55word"}
+	b := setup(t, console.Config{Credentials: creds})
+
+	t.Run("APIRequiresCredentials", func(t *testing.T) {
+		t.Parallel()
+		for _, auth := range []func(*http.Request){nil, bearer("wrong"), basic("ops", "wrong"), basic("root", "pa55word")} {
+			r := b.client(t, auth).get("/api/v1/status")
+			require.Equal(t, http.StatusUnauthorized, r.code, r.body)
+			require.Equal(t, "unauthorized", errorCode(t, r))
+			require.Contains(t, r.header.Values("WWW-Authenticate"), `Bearer realm="outboxd console"`)
+		}
+	})
+	t.Run("BearerAndBasicAccepted", func(t *testing.T) {
+		t.Parallel()
+		for _, auth := range []func(*http.Request){bearer(testToken), basic("ops", "pa55word")} {
+			r := b.client(t, auth).get("/api/v1/status")
+			require.Equal(t, http.StatusOK, r.code, r.body)
+		}
+	})
+	t.Run("PagesRedirectToLogin", func(t *testing.T) {
+		t.Parallel()
+		r := b.client(t, nil).get("/t/" + b.table + "/?x=1")
+		require.Equal(t, http.StatusSeeOther, r.code)
+		require.Equal(t, "/login?next="+url.QueryEscape("/t/"+b.table+"/?x=1"), r.header.Get("Location"))
+	})
+	t.Run("LoginOpensSession", func(t *testing.T) {
+		t.Parallel()
+		c := b.client(t, nil)
+		c.login(url.Values{"token": {testToken}})
+		require.Equal(t, http.StatusOK, c.get("/api/v1/status").code)
+		c2 := b.client(t, nil)
+		c2.login(url.Values{"user": {"ops"}, "password": {"pa55word"}})
+		page := c2.get("/")
+		require.Contains(t, page.body, "ops · sign out")
+	})
+	t.Run("WrongLoginRefused", func(t *testing.T) {
+		t.Parallel()
+		c := b.client(t, nil)
+		r := c.do(http.MethodPost, "/login", "token=nope", func(r *http.Request) {
+			r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		})
+		require.Equal(t, http.StatusUnauthorized, r.code)
+		require.Contains(t, r.body, "Wrong credentials")
+		require.Equal(t, http.StatusUnauthorized, c.get("/api/v1/status").code)
+	})
+	t.Run("LoginRedirectStaysOnConsole", func(t *testing.T) {
+		t.Parallel()
+		c := b.client(t, nil)
+		r := c.do(http.MethodPost, "/login", url.Values{"token": {testToken}, "next": {"//evil.example/"}}.Encode(), func(r *http.Request) {
+			r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		})
+		require.Equal(t, http.StatusSeeOther, r.code)
+		require.Equal(t, "/", r.header.Get("Location"))
+	})
+	t.Run("SecretsNeverLogged", func(t *testing.T) {
+		t.Parallel()
+		c := b.client(t, nil)
+		c.login(url.Values{"token": {testToken}})
+		b.client(t, bearer(testToken+"x")).get("/api/v1/status")
+		b.client(t, basic("ops", "pa55word")).get("/")
+		require.NotContains(t, b.logs.String(), testToken)
+		require.NotContains(t, b.logs.String(), "pa55word")
+	})
+}
+
+func TestNewRefusesUnsafeConfigs(t *testing.T) {
+	t.Parallel()
+	_, err := console.New(nil, &console.Config{Tables: []string{"outbox"}})
+	require.ErrorContains(t, err, "credentials are required")
+	_, err = console.New(nil, &console.Config{Tables: []string{"outbox"}, Insecure: true, Write: true})
+	require.ErrorContains(t, err, "credentials are required")
+	_, err = console.New(nil, &console.Config{Tables: []string{"outbox"}, Credentials: console.Credentials{User: "ops"}})
+	require.ErrorContains(t, err, "go together")
+	_, err = console.New(nil, &console.Config{Tables: []string{"outbox"}, Insecure: true})
+	require.NoError(t, err)
+}
+
+func TestReadOnlyRefusesWrites(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Config{Credentials: console.Credentials{Token: testToken}})
+	c := b.client(t, bearer(testToken))
+	base := "/api/v1/tables/" + b.table
+	for _, path := range []string{base + "/dead/retry", base + "/dead/skip", base + "/replay", "/api/v1/jobs/1/cancel"} {
+		r := c.do(http.MethodPost, path, map[string]any{"filter": map[string]any{}})
+		require.Equal(t, http.StatusForbidden, r.code, path)
+		require.Equal(t, "read_only", errorCode(t, r), path)
+	}
+	page := b.client(t, nil)
+	page.login(url.Values{"token": {testToken}})
+	require.Contains(t, page.get("/").body, "read-only")
+}
+
+func TestCSRF(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Config{Write: true, Credentials: console.Credentials{Token: testToken, User: "ops", Password: "pw"}})
+	retry := "/api/v1/tables/" + b.table + "/dead/retry"
+	body := map[string]any{"ids": []int64{1}}
+	c := b.client(t, nil)
+	tok := c.login(url.Values{"token": {testToken}})
+	withCSRF := func(v string) func(*http.Request) {
+		return func(r *http.Request) { r.Header.Set(console.CSRFHeader, v) }
+	}
+	header := func(k, v string) func(*http.Request) { return func(r *http.Request) { r.Header.Set(k, v) } }
+
+	refused := []struct {
+		name string
+		c    *client
+		mods []func(*http.Request)
+		code string
+	}{
+		{"SessionWithoutToken", c, nil, "csrf"},
+		{"SessionWrongToken", c, []func(*http.Request){withCSRF(tok + "x")}, "csrf"},
+		{"OtherSessionsToken", b.client(t, nil), []func(*http.Request){withCSRF(tok)}, "unauthorized"},
+		{"CrossOrigin", c, []func(*http.Request){withCSRF(tok), header("Origin", "https://evil.example")}, "cross_site"},
+		{"CrossSite", c, []func(*http.Request){withCSRF(tok), header("Sec-Fetch-Site", "cross-site")}, "cross_site"},
+		{"BasicAuthWithoutSession", b.client(t, basic("ops", "pw")), nil, "csrf"},
+	}
+	for _, tc := range refused {
+		r := tc.c.do(http.MethodPost, retry, body, tc.mods...)
+		require.Contains(t, []int{http.StatusForbidden, http.StatusUnauthorized}, r.code, tc.name)
+		require.Equal(t, tc.code, errorCode(t, r), tc.name)
+	}
+	// The same request with the session's token, from the console's origin,
+	// passes the checks; so does a bearer token, which no browser attaches
+	// by itself.
+	r := c.do(http.MethodPost, retry, body, withCSRF(tok), header("Origin", b.srv.URL), header("Sec-Fetch-Site", "same-origin"))
+	require.NotEqual(t, http.StatusForbidden, r.code, r.body)
+	r = b.client(t, bearer(testToken)).do(http.MethodPost, retry, body)
+	require.NotEqual(t, http.StatusForbidden, r.code, r.body)
+	// A cross-site sign-in form is refused too.
+	r = b.client(t, nil).do(http.MethodPost, "/login", "token="+testToken, header("Content-Type", "application/x-www-form-urlencoded"), header("Origin", "https://evil.example"))
+	require.Equal(t, http.StatusForbidden, r.code)
+}
+
+func TestSecureHeaders(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Config{Credentials: console.Credentials{Token: testToken}})
+	c := b.client(t, bearer(testToken))
+	for _, path := range []string{"/", "/api/v1/status", "/static/console.js", "/login"} {
+		r := c.get(path)
+		require.Equal(t, http.StatusOK, r.code, path)
+		csp := r.header.Get("Content-Security-Policy")
+		require.Contains(t, csp, "frame-ancestors 'none'", path)
+		require.Contains(t, csp, "script-src 'self'", path)
+		require.NotContains(t, csp, "unsafe-inline", path)
+		require.NotContains(t, csp, "unsafe-eval", path)
+		require.Equal(t, "nosniff", r.header.Get("X-Content-Type-Options"), path)
+		require.Equal(t, "DENY", r.header.Get("X-Frame-Options"), path)
+	}
+	// No inline script or style anywhere in the pages: the CSP would block it.
+	page := c.get("/").body
+	require.NotRegexp(t, `<script(?:\s[^>]*)?>[^<]`, page)
+	require.NotContains(t, page, "style=")
+	require.NotContains(t, strings.ToLower(page), "<style")
+}

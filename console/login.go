@@ -1,0 +1,68 @@
+package console
+
+import (
+	"log/slog"
+	"net/http"
+	"strings"
+)
+
+type loginData struct {
+	Next, Error string
+	Token, User bool
+}
+
+func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
+	s.renderLogin(w, r.URL.Query().Get("next"), "")
+}
+
+func (s *Server) renderLogin(w http.ResponseWriter, next, msg string) {
+	c := s.cfg.Credentials
+	if msg != "" {
+		w.WriteHeader(http.StatusUnauthorized)
+	}
+	s.render(w, "login", loginData{Next: safeNext(next), Error: msg, Token: c.Token != "", User: c.User != ""})
+}
+
+// loginSubmit checks the token or user and password and opens a session.
+// The form must come from the console's own pages (Origin, Sec-Fetch-Site).
+func (s *Server) loginSubmit(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	if code := checkWrite(r, principal{}); code != "" {
+		http.Error(w, "cross-site request refused", http.StatusForbidden)
+		return
+	}
+	c := s.cfg.Credentials
+	next := safeNext(r.PostFormValue("next"))
+	var actor string
+	switch {
+	case c.empty():
+		actor = "anonymous"
+	case r.PostFormValue("token") != "" && c.tokenOK(r.PostFormValue("token")):
+		actor = "token"
+	case r.PostFormValue("user") != "" && c.userOK(r.PostFormValue("user"), r.PostFormValue("password")):
+		actor = r.PostFormValue("user")
+	default:
+		s.logger.Warn("console: sign-in refused", slog.String("remote", r.RemoteAddr))
+		s.renderLogin(w, next, "Wrong credentials.")
+		return
+	}
+	s.sessions.open(w, r, actor)
+	s.logger.Info("console: signed in", slog.String("actor", actor), slog.String("remote", r.RemoteAddr))
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
+	p, ok := s.authenticate(r)
+	if ok && checkWrite(r, p) == "" {
+		s.sessions.close(w, r)
+	}
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+// safeNext keeps a post-login redirect on the console itself.
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
+		return "/"
+	}
+	return next
+}

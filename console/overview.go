@@ -1,0 +1,148 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/outboxd/outbox"
+)
+
+// Overview is the overview's JSON (and the page's data): cheap gauges, the
+// breakdowns of undelivered and dead messages, the dispatchers alive.
+type Overview struct {
+	Table            string           `json:"table"`
+	Pending          int64            `json:"pending"`
+	Processing       int64            `json:"processing"`
+	Dead             int64            `json:"dead"`
+	DoneEstimate     int64            `json:"done_estimate"`
+	OldestAgeSeconds float64          `json:"oldest_undelivered_age_seconds"`
+	ExpiredLeases    int64            `json:"expired_leases"`
+	ByEventType      []BreakdownView  `json:"by_event_type"`
+	ByAggregateType  []BreakdownView  `json:"by_aggregate_type"`
+	Dispatchers      []DispatcherView `json:"dispatchers"`
+}
+
+// BreakdownView is one row of a breakdown: undelivered and dead counts of
+// one event or aggregate type.
+type BreakdownView struct {
+	Key        string `json:"key"`
+	Pending    int64  `json:"pending"`
+	Processing int64  `json:"processing"`
+	Dead       int64  `json:"dead"`
+}
+
+// DispatcherView is a lease owner: its in-flight count and its last claim.
+type DispatcherView struct {
+	Owner     string    `json:"owner"`
+	InFlight  int64     `json:"in_flight"`
+	LastClaim time.Time `json:"last_claim"`
+}
+
+// breakdownLimit is how many types each breakdown shows.
+const breakdownLimit = 20
+
+func (s *Server) overview(ctx context.Context, t *table) (Overview, outbox.Gauges, error) {
+	g, err := t.admin.Gauges(ctx)
+	if err != nil {
+		return Overview{}, g, err
+	}
+	o := Overview{
+		Table: t.name, Pending: g.Pending, Processing: g.Processing, Dead: g.Dead, DoneEstimate: g.Done,
+		OldestAgeSeconds: g.OldestPendingAge.Seconds(), ExpiredLeases: g.ExpiredLeases,
+	}
+	if o.ByEventType, o.ByAggregateType, err = breakdowns(ctx, t); err != nil {
+		return o, g, err
+	}
+	o.Dispatchers, err = dispatchers(ctx, t)
+	return o, g, err
+}
+
+func (s *Server) apiOverview(w http.ResponseWriter, r *http.Request, _ principal) {
+	t := s.tableOf(w, r)
+	if t == nil {
+		return
+	}
+	o, _, err := s.overview(r.Context(), t)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, o)
+}
+
+type breakdownTable struct {
+	Title, Key string
+	Rows       []BreakdownView
+}
+
+func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request, t *table, base pageData) {
+	o, g, err := s.overview(r.Context(), t)
+	if err != nil {
+		s.pageError(w, base, http.StatusInternalServerError, cleanErr(err))
+		return
+	}
+	base.Title, base.Page = "Overview", "overview"
+	s.render(w, "overview", struct {
+		pageData
+		G           outbox.Gauges
+		Breakdowns  []breakdownTable
+		Dispatchers []DispatcherView
+	}{base, g, []breakdownTable{
+		{"event type", "event_type", o.ByEventType},
+		{"aggregate type", "aggregate_type", o.ByAggregateType},
+	}, o.Dispatchers})
+}
+
+// apiStatus answers exactly what `outboxd status --json` prints.
+func (s *Server) apiStatus(w http.ResponseWriter, r *http.Request, _ principal) {
+	t := s.tableOf(w, r)
+	if t == nil {
+		return
+	}
+	st, err := t.admin.Status(r.Context())
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// TableView lists a served table.
+type TableView struct {
+	Name string `json:"name"`
+}
+
+func (s *Server) apiTables(w http.ResponseWriter, _ *http.Request, _ principal) {
+	out := struct {
+		Tables []TableView `json:"tables"`
+		Write  bool        `json:"write"`
+	}{Write: s.cfg.Write}
+	for _, t := range s.tables {
+		out.Tables = append(out.Tables, TableView{Name: t.name})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) apiSamples(w http.ResponseWriter, r *http.Request, _ principal) {
+	t := s.tableOf(w, r)
+	if t == nil {
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		IntervalSeconds float64  `json:"interval_seconds"`
+		Samples         []Sample `json:"samples"`
+	}{s.cfg.SampleInterval.Seconds(), t.samples.all()})
+}
+
+func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		return
+	}
+	s.logger.Error("console: request failed", "path", r.URL.Path, "error", err)
+	apiError(w, http.StatusInternalServerError, "internal", cleanErr(err))
+}
+
+// cleanErr drops the library's "outbox: " prefixes.
+func cleanErr(err error) string { return strings.ReplaceAll(err.Error(), "outbox: ", "") }

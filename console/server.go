@@ -1,0 +1,136 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/outboxd/outbox"
+)
+
+// Defaults of [Config].
+const (
+	SampleIntervalDefault = 5 * time.Second
+	SampleWindowDefault   = 720
+)
+
+// Config configures a [Server].
+type Config struct {
+	// Tables are the outbox tables the console shows, NAME or SCHEMA.NAME. At
+	// least one; the first is the default.
+	Tables []string
+	// Write enables the actions that change rows (dead retry and skip,
+	// replay). Defaults to false: read-only, every write answers 403.
+	Write bool
+	// Credentials authenticate requests. Empty means no authentication, which
+	// [New] accepts only for a read-only console (see Config.Insecure).
+	Credentials Credentials
+	// Insecure allows a console without credentials. The command line sets
+	// it only for loopback addresses.
+	Insecure bool
+	// Logger receives the audit log lines and errors. Defaults to discarding.
+	Logger *slog.Logger
+	// SampleInterval is how often the sampler reads each table's gauges for
+	// the charts. Defaults to 5s.
+	SampleInterval time.Duration
+	// SampleWindow is how many samples per table the charts keep (in
+	// memory). Defaults to 720 (an hour at 5s).
+	SampleWindow int
+}
+
+// Server is the console's HTTP handler, its sampler and its job registry.
+type Server struct {
+	cfg      Config
+	tables   []*table
+	byName   map[string]*table
+	logger   *slog.Logger
+	sessions *sessions
+	jobs     *jobs
+	handler  http.Handler
+}
+
+// table is one outbox table the console serves.
+type table struct {
+	name    string
+	admin   *outbox.Admin
+	samples *ring
+}
+
+// New returns a console over db for the configured tables.
+func New(db outbox.DB, cfg *Config) (*Server, error) {
+	if cfg == nil || len(cfg.Tables) == 0 {
+		return nil, errors.New("console: at least one table is required")
+	}
+	c := *cfg
+	if c.SampleInterval <= 0 {
+		c.SampleInterval = SampleIntervalDefault
+	}
+	if c.SampleWindow <= 0 {
+		c.SampleWindow = SampleWindowDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if err := c.Credentials.validate(); err != nil {
+		return nil, err
+	}
+	if c.Credentials.empty() && (!c.Insecure || c.Write) {
+		return nil, errors.New("console: credentials are required (set OUTBOXD_CONSOLE_TOKEN, or OUTBOXD_CONSOLE_USER and OUTBOXD_CONSOLE_PASSWORD); " +
+			"only a read-only console on a loopback address may run without them")
+	}
+	s := &Server{cfg: c, byName: map[string]*table{}, logger: c.Logger, sessions: newSessions(), jobs: newJobs()}
+	for _, name := range c.Tables {
+		a, err := outbox.NewAdmin(db, name)
+		if err != nil {
+			return nil, fmt.Errorf("console: table %q: %w", name, err)
+		}
+		if _, dup := s.byName[name]; dup {
+			return nil, fmt.Errorf("console: table %q given twice", name)
+		}
+		t := &table{name: name, admin: a, samples: newRing(c.SampleWindow)}
+		s.tables = append(s.tables, t)
+		s.byName[name] = t
+	}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler returns the console's HTTP handler (pages, assets and API).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Serve starts the sampler and serves the console on ln until ctx ends, then
+// cancels the running jobs and shuts the server down.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sampled := make(chan struct{})
+	go func() { defer close(sampled); s.runSampler(ctx) }()
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	cancel()
+	s.jobs.cancelAll()
+	shutCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer stop()
+	_ = srv.Shutdown(shutCtx)
+	s.jobs.wait()
+	<-sampled
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}

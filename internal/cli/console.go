@@ -1,0 +1,159 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/console"
+)
+
+// consoleAddrDefault is where `outboxd console` listens unless told.
+const consoleAddrDefault = "127.0.0.1:8080"
+
+// tablesFlag is a repeatable --table.
+type tablesFlag []string
+
+func (t *tablesFlag) String() string { return strings.Join(*t, ",") }
+
+func (t *tablesFlag) Set(v string) error {
+	for _, name := range strings.Split(v, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			*t = append(*t, name)
+		}
+	}
+	return nil
+}
+
+func runConsole(ctx context.Context, e *env, args []string) error {
+	var (
+		db     dbFlags
+		tables tablesFlag
+		addr   string
+		write  bool
+		lf     logFlags
+	)
+	fs := newFlagSet(e, "console", "console [--dsn DSN] [--table NAME]... [--addr HOST:PORT] [--write]")
+	fs.StringVar(&db.dsn, "dsn", "", "PostgreSQL connection string (default $OUTBOX_DSN, else the libpq environment)")
+	fs.StringVar(&db.config, "config", "", "YAML config file (default $OUTBOXD_CONFIG); flags and OUTBOXD_* variables override it")
+	fs.Var(&tables, "table", "outbox table, NAME or SCHEMA.NAME; repeat (or comma-separate) to show several (default outbox)")
+	fs.StringVar(&addr, "addr", consoleAddrDefault, "listen address HOST:PORT")
+	fs.BoolVar(&write, "write", false, "allow actions that change rows (dead retry/skip, replay); read-only without it")
+	lf.register(fs)
+	if err := parseLayered(e, fs, &db, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	if len(tables) == 0 {
+		tables = tablesFlag{outbox.TableDefault}
+	}
+	logger, err := lf.logger(e.stderr)
+	if err != nil {
+		return err
+	}
+	for _, t := range tables {
+		if _, err := outbox.NewAdmin(nil, t); err != nil {
+			return usagef("--table: %v", cleanErr(err))
+		}
+	}
+	pool, err := db.connect(ctx, e, 8)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return serveConsole(ctx, e, pool, consoleOpts{addr: addr, write: write, tables: tables, flag: "--addr"}, logger)
+}
+
+// consoleOpts are what `console` and `run --console-addr` share.
+type consoleOpts struct {
+	addr   string
+	write  bool
+	tables []string
+	flag   string // the address flag's name, for errors
+}
+
+// serveConsole checks the tables, then serves the console until ctx ends.
+func serveConsole(ctx context.Context, e *env, pool *pgxpool.Pool, o consoleOpts, logger *slog.Logger) error {
+	srv, ln, err := openConsole(ctx, e, pool, o, logger)
+	if err != nil {
+		return err
+	}
+	return srv.Serve(ctx, ln)
+}
+
+func openConsole(ctx context.Context, e *env, pool *pgxpool.Pool, o consoleOpts, logger *slog.Logger) (*console.Server, net.Listener, error) {
+	for _, t := range o.tables {
+		a, _ := outbox.NewAdmin(pool, t)
+		if _, err := a.Gauges(ctx); err != nil {
+			return nil, nil, fmt.Errorf("console: table %s: %s", t, cleanErr(err))
+		}
+	}
+	creds := console.CredentialsFromEnv(e.getenv)
+	console.Version = Version
+	srv, err := console.New(pool, &console.Config{
+		Tables: o.tables, Write: o.write, Credentials: creds, Insecure: isLoopback(o.addr), Logger: logger,
+	})
+	if err != nil {
+		return nil, nil, usagef("%s", strings.TrimPrefix(err.Error(), "console: "))
+	}
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return nil, nil, usagef("%s: cannot listen on %s: %v", o.flag, o.addr, err)
+	}
+	mode := "read-only"
+	if o.write {
+		mode = "write"
+	}
+	auth := "none (loopback, read-only)"
+	switch {
+	case creds.Token != "" && creds.User != "":
+		auth = "bearer token or basic auth"
+	case creds.Token != "":
+		auth = "bearer token"
+	case creds.User != "":
+		auth = "basic auth"
+	}
+	logger.Info("console listening", slog.String("url", "http://"+ln.Addr().String()+"/"),
+		slog.Any("tables", o.tables), slog.String("mode", mode), slog.String("auth", auth))
+	return srv, ln, nil
+}
+
+// isLoopback reports whether a listen address only accepts local
+// connections.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// startConsole serves the console inside `run` until the returned func is
+// called.
+func (s *runSetup) startConsole(ctx context.Context, e *env, pool *pgxpool.Pool, logger *slog.Logger) (func(), error) {
+	o := consoleOpts{addr: s.consoleAddr, write: s.consoleWrite, tables: []string{s.db.table}, flag: "--console-addr"}
+	srv, ln, err := openConsole(ctx, e, pool, o, logger)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ctx, ln); err != nil {
+			logger.Error("console stopped", slog.Any("error", err))
+		}
+	}()
+	return func() { cancel(); <-done }, nil
+}
