@@ -253,7 +253,7 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams, buf []Row) ([]R
 		rows, now, _, err := s.ClaimOrdered(ctx, db, p, buf)
 		return rows, now, err
 	}
-	rows, err := db.Query(ctx, s.claim, p.Owner, p.Batch, p.Lease.Microseconds(), p.MaxAttempts, p.ClearWait)
+	rows, err := db.Query(ctx, s.claim, ownerText(p.Owner), p.Batch, p.Lease.Microseconds(), p.MaxAttempts, p.ClearWait)
 	if err != nil {
 		return nil, time.Time{}, translate(err)
 	}
@@ -319,7 +319,7 @@ func (s *Store) ClaimOrdered(ctx context.Context, db DB, p ClaimParams, buf []Ro
 }
 
 func (s *Store) claimOrderedOnce(ctx context.Context, db DB, p ClaimParams, cursor string, buf []Row) ([]Row, time.Time, string, error) {
-	rows, err := db.Query(ctx, s.claimOrdered, p.Owner, p.Batch, p.Lease.Microseconds(), p.MaxAttempts,
+	rows, err := db.Query(ctx, s.claimOrdered, ownerText(p.Owner), p.Batch, p.Lease.Microseconds(), p.MaxAttempts,
 		p.ClearWait, cursor, cursor == "", orderedMaxVisit(p.Batch))
 	if err != nil {
 		return nil, time.Time{}, "", translate(err)
@@ -371,68 +371,6 @@ func sortRows(rows []Row) {
 	}
 }
 
-// Status values of a row.
-const (
-	StatusPending    = "pending"
-	StatusProcessing = "processing"
-	StatusDone       = "done"
-	StatusDead       = "dead"
-)
-
-// Outcome is one fenced write: the new state of a row this owner claimed.
-type Outcome struct {
-	ID           int64
-	LeaseVersion int64
-	Status       string        // pending, done or dead
-	Delay        time.Duration // pending only: available_at = now() + Delay
-	Refund       bool          // give the claim's attempt back (defer, release)
-	Error        string        // last_error; ignored for done
-}
-
-// Finalize applies outcomes in one statement. It returns, aligned with
-// outcomes, whether each one's fence held; false means the lease was lost
-// and nothing was written for that row.
-func (s *Store) Finalize(ctx context.Context, db DB, owner string, outcomes []Outcome) ([]bool, error) {
-	n := len(outcomes)
-	if n == 0 {
-		return nil, nil
-	}
-	ids := make([]int64, n)
-	versions := make([]int64, n)
-	statuses := make([]string, n)
-	delays := make([]int64, n)
-	refunds := make([]int32, n)
-	errs := make([]string, n)
-	for i, o := range outcomes {
-		ids[i], versions[i], statuses[i] = o.ID, o.LeaseVersion, o.Status
-		delays[i] = o.Delay.Microseconds()
-		if o.Refund {
-			refunds[i] = 1
-		}
-		errs[i] = truncate(o.Error, 500)
-	}
-	rows, err := db.Query(ctx, s.finalize, owner, ids, versions, statuses, delays, refunds, errs)
-	if err != nil {
-		return nil, translate(err)
-	}
-	// Keyed by lease, not id: one batch may hold two leases of a row (a
-	// stale one and the one that replaced it), and only one of them held.
-	held := make(map[Lease]struct{}, n)
-	var l Lease
-	_, err = pgx.ForEachRow(rows, []any{&l.ID, &l.Version}, func() error {
-		held[l] = struct{}{}
-		return nil
-	})
-	if err != nil {
-		return nil, translate(err)
-	}
-	out := make([]bool, n)
-	for i, o := range outcomes {
-		_, out[i] = held[Lease{ID: o.ID, Version: o.LeaseVersion}]
-	}
-	return out, nil
-}
-
 // Undelivered reports whether any row still awaits delivery (see
 // undelivered.sql); with ordered, rows blocked behind a dead head do not count.
 func (s *Store) Undelivered(ctx context.Context, db DB, ordered bool) (bool, error) {
@@ -454,7 +392,7 @@ func (s *Store) Heartbeat(ctx context.Context, db DB, owner string, leases []Lea
 	for i, l := range leases {
 		ids[i], versions[i] = l.ID, l.Version
 	}
-	rows, err := db.Query(ctx, s.heartbeat, owner, ids, versions, lease.Microseconds())
+	rows, err := db.Query(ctx, s.heartbeat, ownerText(owner), ids, versions, lease.Microseconds())
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -469,31 +407,15 @@ func (s *Store) Heartbeat(ctx context.Context, db DB, owner string, leases []Lea
 // Wait records that owner is idle and listening for the next d; inserts
 // notify while any owner waits.
 func (s *Store) Wait(ctx context.Context, db DB, owner string, d time.Duration) error {
-	_, err := db.Exec(ctx, s.wait, owner, d.Microseconds())
+	_, err := db.Exec(ctx, s.wait, ownerText(owner), d.Microseconds())
 	return translate(err)
 }
 
 // Unwait removes owner's waiter row.
 func (s *Store) Unwait(ctx context.Context, db DB, owner string) error {
-	_, err := db.Exec(ctx, s.unwait, owner)
+	_, err := db.Exec(ctx, s.unwait, ownerText(owner))
 	return translate(err)
 }
-
-// truncate cuts s to at most n bytes on a rune boundary, the ellipsis that
-// marks the cut included.
-func truncate(s string, n int) string {
-	const ellipsis = "…"
-	if len(s) <= n {
-		return s
-	}
-	n -= len(ellipsis)
-	for n > 0 && !isRuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + ellipsis
-}
-
-func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 // translate maps driver errors to the store's sentinels, once, here.
 // Translate maps driver errors to the store's sentinels; for callers that run
