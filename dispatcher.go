@@ -454,6 +454,14 @@ func (d *Dispatcher) publish(ctx context.Context, msg *Message) (err error) {
 			err = &panicError{value: p}
 		}
 	}()
+	// Test builds only: a sink that hangs ignoring its context, or fails
+	// with an error text of arbitrary bytes.
+	if err := failpoint.Error("publish-hang"); err != nil {
+		return err
+	}
+	if err := failpoint.Error("publish-error"); err != nil {
+		return err
+	}
 	return d.sink.Publish(ctx, msg)
 }
 

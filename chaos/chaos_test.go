@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -107,6 +108,7 @@ func runScenario(t *testing.T, e *env, sc scenario, seed uint64) {
 	r := newRun(t, e, runConfig{
 		name: "matrix-" + sc.name, tier: "1-failpoint-matrix",
 		lease: 2 * time.Second, publishTimeout: 800 * time.Millisecond, drainTimeout: 60 * time.Second,
+		allowReap: sc.name == "reap-after-kill",
 		groups: []groupConfig{{
 			name: "m", ordered: sc.ordered, slots: 3, aggregates: aggs, producers: 2, rollbackP: 0.1,
 			slotArgs: func(int) []string { return sc.args },
@@ -207,35 +209,31 @@ func runScenario(t *testing.T, e *env, sc scenario, seed uint64) {
 
 // randomConfig is the shape of the random-fault tiers: an unordered table
 // with three workers (one with heartbeats, one polling without NOTIFY) and
-// an ordered table with two.
-func randomConfig(name, tier string, s uint64) runConfig {
+// an ordered table with two (the second with heartbeats). The classes add
+// their failpoints to each incarnation's and, for ordered_run, make the
+// ordered workers poll rarely.
+func randomConfig(name, tier string, s uint64, c classSet) runConfig {
+	const lease = 3 * time.Second
 	arm := func(slot, inc int) string {
-		// Deterministic per (seed, slot, incarnation). First incarnations
-		// take the four failpoints in turn (the five slots are numbered
-		// 0-2 and 10-11, which covers all four residues), so each fires
-		// in every run; later ones are armed at random.
-		rng := rand.New(rand.NewPCG(s, uint64(slot)<<32|uint64(inc)))
-		kind := (slot + int(s%4)) % 4
-		if inc > 0 {
-			if rng.Float64() > 0.4 {
-				return ""
-			}
-			kind = rng.IntN(4)
+		// Slots 1 (u1) and 11 (o1) run with heartbeats.
+		fps := classArm(c, s, slot, inc, slot%10 == 1, lease)
+		if base := baseArm(s, slot, inc); base != "" {
+			fps = append([]string{base}, fps...)
 		}
-		switch kind {
-		case 0:
-			return fmt.Sprintf("after-claim=kill@%d", 2+rng.IntN(12))
-		case 1:
-			return fmt.Sprintf("after-publish=kill@%d", 10+rng.IntN(150))
-		case 2:
-			return fmt.Sprintf("in-finalize=kill@%d", 2+rng.IntN(20))
-		default:
-			// Fires when a sink hang (or a slow answer) holds a publish.
-			return "mid-publish=kill-after:600ms"
+		return strings.Join(fps, ",")
+	}
+	orderedArgs := func(i int) []string {
+		var out []string
+		if i == 1 {
+			out = append(out, "--heartbeat", "1s")
 		}
+		if c.has(classOrderedRun) {
+			out = append(out, "--poll-interval", orderedPollInterval.String())
+		}
+		return out
 	}
 	return runConfig{
-		name: name, tier: tier, lease: 3 * time.Second, publishTimeout: time.Second, drainTimeout: 90 * time.Second,
+		name: name, tier: tier, lease: lease, publishTimeout: time.Second, drainTimeout: 90 * time.Second, classes: c,
 		groups: []groupConfig{
 			{name: "u", slots: 3, aggregates: 40, producers: 2, rollbackP: 0.1, arm: arm,
 				slotArgs: func(i int) []string {
@@ -248,22 +246,56 @@ func randomConfig(name, tier string, s uint64) runConfig {
 					return nil
 				}},
 			{name: "o", ordered: true, slots: 2, aggregates: 6, producers: 1, rollbackP: 0.1,
-				arm: func(slot, inc int) string { return arm(slot+10, inc) },
-				slotArgs: func(i int) []string {
-					if i == 1 {
-						return []string{"--heartbeat", "1s"}
-					}
-					return nil
-				}},
+				arm:      func(slot, inc int) string { return arm(slot+10, inc) },
+				slotArgs: orderedArgs},
 		},
 	}
 }
 
+// baseArm draws the crash failpoints of an incarnation.
+func baseArm(s uint64, slot, inc int) string {
+	// Deterministic per (seed, slot, incarnation). First incarnations take
+	// the four failpoints in turn (the five slots are numbered 0-2 and
+	// 10-11, which covers all four residues), so each fires in every run;
+	// later ones are armed at random.
+	rng := rand.New(rand.NewPCG(s, uint64(slot)<<32|uint64(inc)))
+	kind := (slot + int(s%4)) % 4
+	if inc > 0 {
+		if rng.Float64() > 0.4 {
+			return ""
+		}
+		kind = rng.IntN(4)
+	}
+	switch kind {
+	case 0:
+		return fmt.Sprintf("after-claim=kill@%d", 2+rng.IntN(12))
+	case 1:
+		return fmt.Sprintf("after-publish=kill@%d", 10+rng.IntN(150))
+	case 2:
+		return fmt.Sprintf("in-finalize=kill@%d", 2+rng.IntN(20))
+	default:
+		// Fires when a sink hang (or a slow answer) holds a publish.
+		return "mid-publish=kill-after:600ms"
+	}
+}
+
+// runClasses reads CHAOS_CLASSES and prints the set next to the seed.
+func runClasses(t *testing.T) classSet {
+	t.Helper()
+	c, err := classesFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("chaos: %s classes %s (CHAOS_CLASSES=%q)\n", t.Name(), c, os.Getenv("CHAOS_CLASSES"))
+	return c
+}
+
 func randomRun(t *testing.T, name, tier string, dur, idleTx time.Duration) {
 	s := seed(t)
+	c := runClasses(t)
 	e := newEnv(t)
-	r := newRun(t, e, randomConfig(name, tier, s), s)
-	faults := plan(rand.New(rand.NewPCG(s, 1)), dur, len(r.allSlots()), r.cfg.lease, idleTx)
+	r := newRun(t, e, randomConfig(name, tier, s, c), s)
+	faults := planFrom(menuFor(weightedFaults, c, true), rand.New(rand.NewPCG(s, 1)), dur, len(r.allSlots()), r.cfg.lease, idleTx)
 	r.startAll()
 	r.startProducers(60*time.Millisecond, 0)
 	r.phaseStart = time.Now()

@@ -19,7 +19,7 @@ func (h *history) checkAs(sink string) *counts {
 		ownersFromAudit(h.dels, h.audit)
 	}
 	return checkGroup(h.g, h.rows, h.audit, h.dels, h.events,
-		runConfig{lease: 2 * time.Second, publishTimeout: time.Second, sink: sink})
+		runConfig{lease: 2 * time.Second, publishTimeout: time.Second, sink: sink}, h.rejected)
 }
 
 // TestCheckerNATS covers what the checker does differently for a broker

@@ -4,6 +4,7 @@ package chaos
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -20,6 +21,9 @@ type history struct {
 	events []event
 	t0     time.Time
 	seq    int64
+	// rejected: leases the sink refused with an injected permanent answer.
+	rejected  map[leaseKey]bool
+	allowReap bool
 }
 
 func newHistory(ordered bool) *history {
@@ -53,6 +57,17 @@ func (h *history) finalize(id, version int64, writer, status string, ms int) {
 		oldStatus: "processing", newStatus: status, oldVersion: version, newVersion: version, oldOwner: writer})
 }
 
+// dead is a write of dead on lease version of id: a finalize by the
+// holder, or a reap (lastError "lease expired after max attempts") by
+// whoever claims next.
+func (h *history) dead(id, version int64, writer, lastError string, ms int) {
+	h.seq++
+	until := h.at(ms - 100)
+	h.audit = append(h.audit, auditRec{seq: h.seq, id: id, at: h.at(ms), xactNow: h.at(ms), app: writer,
+		oldStatus: "processing", newStatus: "dead", oldVersion: version, newVersion: version, oldOwner: "w0-0",
+		oldLeaseUntil: &until, lastError: lastError})
+}
+
 func (h *history) deliver(id, token int64, owner, answer string, ms int) {
 	rec := h.g.led.committed[id]
 	if r, ok := h.g.led.rolledBack[id]; ok {
@@ -77,7 +92,8 @@ func (h *history) delivered(id int64, agg, owner string, ms int) {
 }
 
 func (h *history) check() *counts {
-	return checkGroup(h.g, h.rows, h.audit, h.dels, h.events, runConfig{lease: 2 * time.Second, publishTimeout: time.Second})
+	return checkGroup(h.g, h.rows, h.audit, h.dels, h.events, runConfig{lease: 2 * time.Second, publishTimeout: time.Second,
+		allowReap: h.allowReap}, h.rejected)
 }
 
 // TestCheckerDetects feeds the checker histories with one defect each and
@@ -92,7 +108,7 @@ func TestCheckerDetects(t *testing.T) {
 		h.delivered(1, "a", "w0-0", 0)
 		h.delivered(2, "a", "w1-0", 100)
 		c := h.check()
-		require.Zero(t, c.Lost+c.Phantom+c.FalseDone+c.Stuck+c.StaleFinalize+c.OrderingViolations+c.UnexplainedDuplicates+c.Corrupted+c.AuditAnomalies, "%+v", c)
+		require.Zero(t, c.Lost+c.Phantom+c.FalseDone+c.Stuck+c.StaleFinalize+c.OrderingViolations+c.UnexplainedDuplicates+c.Corrupted+c.AuditAnomalies+c.FalselyDead, "%+v", c)
 		require.Equal(t, 2, c.DeliveredUnique)
 	})
 	t.Run("Lost", func(t *testing.T) {
@@ -259,6 +275,63 @@ func TestCheckerDetects(t *testing.T) {
 		h.dels[0].body, _ = json.Marshal(payloadDoc{N: 9, Agg: "a", Blob: "b", Sum: payloadSum(0, 9, "a", "b")})
 		require.Equal(t, 1, h.check().Corrupted) // a valid payload, of another message
 	})
+	t.Run("FalselyDead", func(t *testing.T) {
+		t.Parallel()
+		// Refused 401 while a credential rotated: the sink was not
+		// healthy, but a healthy one would have taken it.
+		h := newHistory(false)
+		h.commit(1, "a")
+		h.row(1, "dead", 1, "a")
+		h.claim(1, 1, "w0-0", 0)
+		h.dead(1, 1, "w0-0", "httpsink: POST http://x: HTTP 401 Unauthorized", 10)
+		c := h.check()
+		require.Equal(t, 1, c.FalselyDead, "%+v", c)
+		require.Equal(t, 1, c.DeadUndelivered)
+
+		// The same row refused 422 by the sink on that very lease is
+		// dead for an injected permanent fault.
+		h.rejected = map[leaseKey]bool{{1, 1}: true}
+		require.Zero(t, h.check().FalselyDead)
+		// A refusal of another lease does not cover it.
+		h.rejected = map[leaseKey]bool{{1, 2}: true}
+		require.Equal(t, 1, h.check().FalselyDead)
+	})
+	t.Run("FalselyDeadAfterAcceptedDelivery", func(t *testing.T) {
+		t.Parallel()
+		// Delivered and acknowledged, its done lost with a failing batch,
+		// then reaped after its last attempt.
+		h := newHistory(false)
+		h.commit(1, "a")
+		h.row(1, "dead", 1, "a")
+		h.claim(1, 1, "w0-0", 0)
+		h.deliver(1, 1, "w0-0", answerOK, 5)
+		h.dead(1, 1, "w1-0", "lease expired after max attempts", 3100)
+		c := h.check()
+		require.Equal(t, 1, c.FalselyDead, "%+v", c)
+		require.Zero(t, c.StaleFinalize, "a reap after the lease expired is fenced correctly")
+		require.Equal(t, 1, c.Reaped)
+		// Where the run asks for reaps (--max-attempts 1 after a kill),
+		// the same history is the expected outcome.
+		h.allowReap = true
+		require.Zero(t, h.check().FalselyDead)
+	})
+	t.Run("FalselyDeadWithoutAudit", func(t *testing.T) {
+		t.Parallel()
+		h := newHistory(false)
+		h.commit(1, "a")
+		h.row(1, "dead", 0, "a")
+		require.Equal(t, 1, h.check().FalselyDead)
+	})
+	t.Run("ProducerRejected", func(t *testing.T) {
+		t.Parallel()
+		h := newHistory(false)
+		h.delivered(1, "a", "w0-0", 0)
+		require.Zero(t, h.check().ProducerRejected)
+		h.g.led.rejected, h.g.led.rejections = 2, []string{`relation "u_waiters" does not exist`}
+		c := h.check()
+		require.Equal(t, 2, c.ProducerRejected)
+		require.NotEmpty(t, c.Examples["producer_rejected"])
+	})
 	t.Run("ClaimOfLiveLease", func(t *testing.T) {
 		t.Parallel()
 		h := newHistory(false)
@@ -269,4 +342,32 @@ func TestCheckerDetects(t *testing.T) {
 			oldStatus: "processing", newStatus: "processing", oldVersion: 1, newVersion: 2, newOwner: "w1-0", oldLeaseUntil: &until})
 		require.Positive(t, h.check().AuditAnomalies)
 	})
+}
+
+// TestCheckerClasses covers CHAOS_CLASSES: the default set, additions,
+// "all", removals, and a mistyped name.
+func TestCheckerClasses(t *testing.T) {
+	t.Parallel()
+	c, err := parseClasses("")
+	require.NoError(t, err)
+	for _, k := range allClasses {
+		require.Equal(t, slices.Contains(defaultClasses, k), c.has(k), k)
+	}
+	c, err = parseClasses("migrate, +search_path")
+	require.NoError(t, err)
+	require.True(t, c.has(classMigrate) && c.has(classSearchPath))
+	c, err = parseClasses("all,-migrate")
+	require.NoError(t, err)
+	require.False(t, c.has(classMigrate))
+	require.True(t, c.has(classPublishHang))
+	_, err = parseClasses("migrat")
+	require.ErrorContains(t, err, `unknown class "migrat"`)
+
+	c, err = parseClasses("all")
+	require.NoError(t, err)
+	menu := menuFor(weightedFaults, c, false)
+	for _, w := range menu {
+		require.NotContains(t, []string{faultSinkAuth, faultSinkBadText, faultSinkReject}, w.kind, "a webhook fault in a broker menu")
+	}
+	require.Contains(t, menu, weightedFault{faultMigrate, 2})
 }

@@ -30,6 +30,10 @@ type counts struct {
 	UnexplainedDuplicates int `json:"unexplained_duplicates"`
 	Corrupted             int `json:"corrupted"`
 	AuditAnomalies        int `json:"audit_anomalies"`
+	FalselyDead           int `json:"falsely_dead"`
+	ProducerRejected      int `json:"producer_rejected"`
+	SearchPathCaptures    int `json:"search_path_captures"`
+	OrderedProbeLate      int `json:"ordered_probe_late"`
 
 	// Reported only.
 	Duplicates        int            `json:"duplicates"`
@@ -70,6 +74,10 @@ func (c *counts) add(o *counts) {
 	c.UnexplainedDuplicates += o.UnexplainedDuplicates
 	c.Corrupted += o.Corrupted
 	c.AuditAnomalies += o.AuditAnomalies
+	c.FalselyDead += o.FalselyDead
+	c.ProducerRejected += o.ProducerRejected
+	c.SearchPathCaptures += o.SearchPathCaptures
+	c.OrderedProbeLate += o.OrderedProbeLate
 	c.Duplicates += o.Duplicates
 	c.Dead += o.Dead
 	c.DeadUndelivered += o.DeadUndelivered
@@ -97,19 +105,23 @@ type report struct {
 	Seed    uint64 `json:"seed"`
 	Replay  string `json:"replay"`
 	Started string `json:"started"`
+	Classes string `json:"classes"`
 	counts
-	FencedFinalizes  int                `json:"fenced_finalizes"`
-	Refused          map[string]int     `json:"sink_refusals"`
-	ProducerTxErrors int                `json:"producer_tx_errors"`
-	Incarnations     int                `json:"incarnations"`
-	FaultCounts      map[string]int     `json:"fault_counts"`
-	PhaseSeconds     float64            `json:"fault_phase_seconds"`
-	DrainSeconds     float64            `json:"final_drain_seconds"`
-	Latency          map[string]pctiles `json:"delivery_latency_ms"`
-	Throughput       map[string]float64 `json:"acks_per_second"`
-	Recovery         recoveryStats      `json:"recovery_ms"`
-	Groups           map[string]*counts `json:"groups"`
-	Faults           []event            `json:"faults"`
+	MigrateFailures  int                    `json:"migrate_failures"`
+	Migrate          *pctiles               `json:"migrate_seconds,omitempty"`
+	OrderedProbe     map[string]probeResult `json:"ordered_probe,omitempty"`
+	FencedFinalizes  int                    `json:"fenced_finalizes"`
+	Refused          map[string]int         `json:"sink_refusals"`
+	ProducerTxErrors int                    `json:"producer_tx_errors"`
+	Incarnations     int                    `json:"incarnations"`
+	FaultCounts      map[string]int         `json:"fault_counts"`
+	PhaseSeconds     float64                `json:"fault_phase_seconds"`
+	DrainSeconds     float64                `json:"final_drain_seconds"`
+	Latency          map[string]pctiles     `json:"delivery_latency_ms"`
+	Throughput       map[string]float64     `json:"acks_per_second"`
+	Recovery         recoveryStats          `json:"recovery_ms"`
+	Groups           map[string]*counts     `json:"groups"`
+	Faults           []event                `json:"faults"`
 }
 
 type pctiles struct {
@@ -134,7 +146,9 @@ func (r *report) failures() []string {
 		{"lost", r.Lost}, {"phantom", r.Phantom}, {"false_done", r.FalseDone}, {"stuck", r.Stuck},
 		{"stale_finalize", r.StaleFinalize}, {"ordering_violations", r.OrderingViolations},
 		{"unexplained_duplicates", r.UnexplainedDuplicates}, {"corrupted", r.Corrupted},
-		{"audit_anomalies", r.AuditAnomalies},
+		{"audit_anomalies", r.AuditAnomalies}, {"falsely_dead", r.FalselyDead},
+		{"producer_rejected", r.ProducerRejected}, {"search_path_captures", r.SearchPathCaptures},
+		{"ordered_probe_late", r.OrderedProbeLate}, {"migrate_failures", r.MigrateFailures},
 	} {
 		if f.n != 0 {
 			out = append(out, fmt.Sprintf("%s=%d", f.name, f.n))
@@ -176,7 +190,7 @@ func (r *run) check(drainTook time.Duration) (*report, error) {
 	events := r.ev.snapshot()
 	rep := &report{
 		Run: r.cfg.name, Tier: r.cfg.tier, Seed: r.seed, Replay: fmt.Sprintf("CHAOS_SEED=%d", r.seed),
-		Started: r.phaseStart.UTC().Format(time.RFC3339), Refused: refused,
+		Started: r.phaseStart.UTC().Format(time.RFC3339), Refused: refused, Classes: r.cfg.classes.String(),
 		FaultCounts: map[string]int{}, Groups: map[string]*counts{},
 		PhaseSeconds: r.phaseEnd.Sub(r.phaseStart).Seconds(), DrainSeconds: drainTook.Seconds(),
 	}
@@ -206,7 +220,10 @@ func (r *run) check(drainTook time.Duration) (*report, error) {
 			return nil, err
 		}
 		ownersFromAudit(byGroup[g.name], audit)
-		c := checkGroup(g, rows, audit, byGroup[g.name], events, r.cfg)
+		c := checkGroup(g, rows, audit, byGroup[g.name], events, r.cfg, r.rejectedLeases(g.name))
+		if err := r.classFigures(ctx, g, c); err != nil {
+			return nil, err
+		}
 		owned = append(owned, byGroup[g.name]...)
 		rep.Groups[g.name] = c
 		rep.add(c)
@@ -215,6 +232,8 @@ func (r *run) check(drainTook time.Duration) (*report, error) {
 		g.led.mu.Unlock()
 	}
 	rep.FencedFinalizes = countInLogs(r.dir, "lost lease: finalize fenced off")
+	rep.MigrateFailures, rep.Migrate = migrateFigures(events)
+	rep.OrderedProbe = r.probes
 	r.timing(rep, owned, events)
 	return rep, nil
 }
@@ -266,7 +285,12 @@ type claimAt struct {
 }
 
 // checkGroup computes the counters of one table.
-func checkGroup(g *group, rows map[int64]rowState, audit []auditRec, dels []delivery, events []event, cfg runConfig) *counts {
+//
+// rejected holds the leases the sink refused with an injected permanent
+// answer: a message may end dead for those, and for nothing else but a
+// reap the run allows.
+func checkGroup(g *group, rows map[int64]rowState, audit []auditRec, dels []delivery, events []event, cfg runConfig,
+	rejected map[leaseKey]bool) *counts {
 	c := &counts{DuplicatesByCause: map[string]int{}}
 	led := g.led
 	led.mu.Lock()
@@ -464,7 +488,57 @@ func checkGroup(g *group, rows map[int64]rowState, audit []auditRec, dels []deli
 		c.OrderingDetail = map[string]int{}
 		orderingChecks(c, rows, byID, doneSeq, claims)
 	}
+	falselyDead(c, rows, audit, byID, cfg, rejected)
+	led.mu.Lock()
+	c.ProducerRejected = led.rejected
+	for _, e := range led.rejections {
+		c.example("producer_rejected", "%s", e)
+	}
+	led.mu.Unlock()
 	return c
+}
+
+// falselyDead counts rows that ended dead for a reason other than an
+// injected permanent fault: the lease that wrote dead was not refused by
+// the sink with an injected permanent answer, or the row was reaped after
+// its last attempt in a run that does not expect reaps. A message the sink
+// accepted, or a healthy sink would have, must never end dead.
+func falselyDead(c *counts, rows map[int64]rowState, audit []auditRec, byID map[int64][]delivery, cfg runConfig,
+	rejected map[leaseKey]bool) {
+	lastDead := map[int64]auditRec{}
+	for _, a := range audit {
+		if a.newStatus == "dead" {
+			lastDead[a.id] = a
+		}
+	}
+	for id, s := range rows {
+		if s.status != "dead" {
+			continue
+		}
+		a, ok := lastDead[id]
+		why := ""
+		switch {
+		case !ok:
+			why = "dead, and no finalize or reap of the audit trail made it so"
+		case strings.HasPrefix(a.lastError, "lease expired after max attempts"):
+			if !cfg.allowReap {
+				why = fmt.Sprintf("reaped by %s at lease %d", a.app, a.oldVersion)
+			}
+		case !rejected[leaseKey{id, a.oldVersion}]:
+			why = fmt.Sprintf("finalized dead by %s at lease %d, which the sink never refused permanently", a.app, a.oldVersion)
+		}
+		if why == "" {
+			continue
+		}
+		acked := 0
+		for _, d := range byID[id] {
+			if d.Answer == answerOK {
+				acked++
+			}
+		}
+		c.FalselyDead++
+		c.example("falsely_dead", "id %d: %s (acknowledged %d times): last_error %q", id, why, acked, truncateStr(a.lastError, 160))
+	}
 }
 
 // dedupedAck reports whether a broker's PubAck for lease token of an id

@@ -32,6 +32,10 @@ const (
 	faultSinkHang        = "sink_hang"
 	faultSinkDrop        = "sink_drop"
 	faultIdleTx          = "idle_in_tx"
+	faultSinkBadText     = "sink_badtext"
+	faultSinkAuth        = "sink_auth"
+	faultSinkReject      = "sink_reject"
+	faultMigrate         = "migrate"
 	faultFailpointArming = "failpoint" // not scheduled: armed on incarnations
 )
 
@@ -60,6 +64,7 @@ type planned struct {
 	dur      time.Duration
 	prob     float64
 	allSlots bool
+	code     int // the HTTP status of a sink_auth window
 }
 
 // plan draws the fault schedule of a random run.
@@ -112,8 +117,19 @@ func planFrom(menu []weightedFault, rng *rand.Rand, phase time.Duration, nSlots 
 			p.dur = time.Duration(800+rng.IntN(2500)) * time.Millisecond
 		case faultIdleTx:
 			p.dur = idleTx
-		case faultTerminate:
+		case faultTerminate, faultMigrate:
 			p.allSlots = rng.IntN(2) == 0
+		case faultSinkBadText, faultSinkReject:
+			p.dur = time.Duration(800+rng.IntN(2500)) * time.Millisecond
+		case faultSinkAuth:
+			// A rotation outlasts a retry or two; one worker's stale
+			// credential, or everyone's.
+			p.dur = time.Duration(1000+rng.IntN(4000)) * time.Millisecond
+			p.allSlots = rng.IntN(2) == 0
+			p.code = 401
+			if rng.IntN(2) == 0 {
+				p.code = 403
+			}
 		}
 		out = append(out, p)
 	}
@@ -249,6 +265,14 @@ func (r *run) inject(ctx context.Context, f planned) {
 		sinkFault(func(sf *sinkFaults, p float64) { sf.pHang = p * 0.5 })
 	case faultSinkDrop:
 		sinkFault(func(sf *sinkFaults, p float64) { sf.pDrop = p * 0.5 })
+	case faultSinkBadText:
+		sinkFault(func(sf *sinkFaults, p float64) { sf.pBadText = p })
+	case faultSinkReject:
+		sinkFault(func(sf *sinkFaults, p float64) { sf.pReject = p * 0.2 })
+	case faultSinkAuth:
+		r.authWindow(ctx, f, s)
+	case faultMigrate:
+		r.migrateAgain(ctx, f, s)
 	case faultIdleTx:
 		if !r.idleTxBusy.CompareAndSwap(false, true) {
 			return

@@ -143,6 +143,12 @@ type runConfig struct {
 	// a stream on the shared nats-server (sinkNATS).
 	sink   string
 	groups []groupConfig
+	// classes are the fault classes of faults_test.go's menu extension
+	// (classes_test.go) the run draws from.
+	classes classSet
+	// allowReap: rows reaped after their last attempt are an expected
+	// outcome (a scenario run with --max-attempts 1), not falsely dead.
+	allowReap bool
 }
 
 const sinkNATS = "nats"
@@ -168,6 +174,10 @@ type group struct {
 	led       *ledger
 	slots     []*slot
 	producers []*producer
+	// bare: migrated by its bare name under the migrator's search_path
+	// (the search_path class); decoy is the schema of the decoy waiters.
+	bare  bool
+	decoy string
 }
 
 // run is one scenario against its own schema.
@@ -196,6 +206,10 @@ type run struct {
 	idleTxBusy  atomic.Bool
 	pgRestartMu sync.Mutex
 	idleCancel  atomic.Pointer[context.CancelFunc]
+	authBusy    atomic.Bool
+	migrateBusy atomic.Bool
+	migrations  atomic.Int64
+	probes      map[string]probeResult
 
 	phaseStart, phaseEnd time.Time
 }
@@ -233,6 +247,11 @@ func newRun(t *testing.T, e *env, cfg runConfig, seed uint64) *run {
 	}
 	r.rec = rec
 	t.Cleanup(rec.Close)
+	rec.rejectGroups = map[string]bool{}
+	for _, gc := range cfg.groups {
+		rec.rejectGroups[gc.name] = !gc.ordered
+	}
+	bareDone := false
 	ctx := context.Background()
 	if _, err := e.admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{r.schema}.Sanitize()+" CASCADE"); err != nil {
 		t.Fatal(err)
@@ -250,11 +269,9 @@ func newRun(t *testing.T, e *env, cfg runConfig, seed uint64) *run {
 	for gi, gc := range cfg.groups {
 		g := &group{cfg: gc, name: gc.name, table: r.schema + "." + gc.name,
 			audit: r.schema + "." + gc.name + "_audit", led: newLedger()}
-		admin, err := outbox.NewAdmin(e.admin, g.table)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := admin.Migrate(ctx); err != nil {
+		g.bare = cfg.classes.has(classSearchPath) && !gc.ordered && !bareDone
+		bareDone = bareDone || g.bare
+		if err := r.migrateFirst(ctx, g); err != nil {
 			t.Fatalf("migrate %s: %v", g.table, err)
 		}
 		if err := installAudit(ctx, e.admin, r.schema, gc.name); err != nil {
@@ -268,6 +285,11 @@ func newRun(t *testing.T, e *env, cfg runConfig, seed uint64) *run {
 			g.producers = append(g.producers, &producer{idx: i, pool: e.admin, table: g.table, ordered: gc.ordered,
 				aggs: aggs, rollbackP: gc.rollbackP, led: g.led,
 				rng: rand.New(rand.NewPCG(seed, uint64(1000*gi+i)))})
+		}
+		if g.bare {
+			if err := r.searchPathProducers(ctx, g, gi); err != nil {
+				t.Fatalf("search_path producers of %s: %v", g.table, err)
+			}
 		}
 		for i := range gc.slots {
 			s := &slot{r: r, g: g, name: fmt.Sprintf("%s%d", gc.name, i), done: make(chan struct{})}
@@ -299,6 +321,19 @@ func newRun(t *testing.T, e *env, cfg runConfig, seed uint64) *run {
 	t.Cleanup(r.killAll)
 	t.Logf("run %s: seed %d, output %s", cfg.name, seed, r.dir)
 	return r
+}
+
+// migrateFirst creates g's table, by its bare name under the run schema's
+// search_path if g.bare.
+func (r *run) migrateFirst(ctx context.Context, g *group) error {
+	if g.bare {
+		return r.migrateBare(ctx, g)
+	}
+	admin, err := outbox.NewAdmin(r.env.admin, g.table)
+	if err != nil {
+		return err
+	}
+	return admin.Migrate(ctx)
 }
 
 // startSlot starts supervising one slot.
@@ -418,6 +453,10 @@ func (r *run) drain() time.Duration {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	if r.cfg.classes.has(classOrderedRun) && r.nats == nil {
+		// The probe needs the webhook's per-aggregate delay.
+		r.probeOrdered()
 	}
 	r.stopWorkers()
 	return time.Since(start)

@@ -206,11 +206,12 @@ func TestRandomFaultsNATS(t *testing.T) {
 		c.Close()
 	}
 	s := seed(t)
+	c := runClasses(t)
 	e := newEnv(t)
-	cfg := randomConfig("random-nats", "2-random-nats-45s", s)
+	cfg := randomConfig("random-nats", "2-random-nats-45s", s, c)
 	cfg.sink = sinkNATS
 	r := newRun(t, e, cfg, s)
-	faults := planFrom(natsFaults, rand.New(rand.NewPCG(s, 1)), dur, len(r.allSlots()), r.cfg.lease, 10*time.Second)
+	faults := planFrom(menuFor(natsFaults, c, false), rand.New(rand.NewPCG(s, 1)), dur, len(r.allSlots()), r.cfg.lease, 10*time.Second)
 	r.startAll()
 	r.startProducers(60*time.Millisecond, 0)
 	r.phaseStart = time.Now()

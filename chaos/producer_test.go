@@ -5,11 +5,14 @@ package chaos
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outbox"
@@ -34,6 +37,10 @@ type ledger struct {
 	rolledBack map[int64]prodRec
 	uncertain  map[int64]prodRec
 	txErrors   int
+	// rejected counts transactions the database refused for a reason that
+	// is not a connection fault or a timeout (rejections holds a few).
+	rejected   int
+	rejections []string
 }
 
 func newLedger() *ledger {
@@ -70,18 +77,47 @@ type producer struct {
 	rng       *rand.Rand
 	led       *ledger
 	n         int64
+	label     string // how it connects, for the report ("search_path=public")
+}
+
+// refusedByDatabase tells a statement PostgreSQL refused (a missing
+// relation, a failing trigger) from the faults producers are expected to
+// meet: lost connections, a server shutting down or restarting, a
+// statement cancelled by its timeout.
+func refusedByDatabase(err error) bool {
+	if errors.Is(err, outbox.ErrTableMissing) {
+		// 42P01, translated: a relation the statement (or a trigger it
+		// fired) names does not exist.
+		return true
+	}
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	switch {
+	case strings.HasPrefix(pe.Code, "08"), pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03", pe.Code == "57014":
+		return false
+	}
+	return true
 }
 
 // txOnce writes 1-3 messages in one transaction, rolling it back on
 // purpose with probability rollbackP.
 func (p *producer) txOnce(ctx context.Context) error {
+	k := 1 + p.rng.IntN(3)
+	agg := p.aggs[p.rng.IntN(len(p.aggs))]
+	return p.write(ctx, agg, k, true)
+}
+
+// write commits k messages in one transaction, the first (in ordered mode
+// every one) on agg; with mayRollback it rolls back with probability
+// rollbackP instead.
+func (p *producer) write(ctx context.Context, agg string, k int, mayRollback bool) error {
 	tx, err := p.pool.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	k := 1 + p.rng.IntN(3)
-	agg := p.aggs[p.rng.IntN(len(p.aggs))]
 	if p.ordered {
 		// Serialises writers of one aggregate until commit, so id order is
 		// commit order within it, as ordered mode requires (article §5).
@@ -110,7 +146,7 @@ func (p *producer) txOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if p.rng.Float64() < p.rollbackP {
+	if mayRollback && p.rng.Float64() < p.rollbackP {
 		err := tx.Rollback(ctx)
 		p.led.mu.Lock()
 		for i, id := range ids {
@@ -147,6 +183,12 @@ func (p *producer) run(ctx context.Context, interval time.Duration, count int) {
 		if err != nil && ctx.Err() == nil {
 			p.led.mu.Lock()
 			p.led.txErrors++
+			if refusedByDatabase(err) {
+				p.led.rejected++
+				if len(p.led.rejections) < 8 {
+					p.led.rejections = append(p.led.rejections, fmt.Sprintf("producer %d (%s): %v", p.idx, p.label, err))
+				}
+			}
 			p.led.mu.Unlock()
 			sleepCtx(ctx, 100*time.Millisecond)
 			continue

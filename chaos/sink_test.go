@@ -47,11 +47,30 @@ type delivery struct {
 // probability is drawn per request.
 type sinkFaults struct {
 	p5xx, p429, p425, pHang, pDrop float64
+	// pBadText answers 500 or 503 with a body of arbitrary bytes.
+	pBadText float64
+	// pReject answers 422 (a permanent refusal of the message) to requests
+	// of the recorder's rejectGroups.
+	pReject float64
+	// authCode, when set, answers every request 401 or 403 (a rotated
+	// credential); authSlot limits it to one slot's incarnations.
+	authCode int
+	authSlot string
 	// delay holds every request this long before answering (a slow
 	// receiver), so batches are in flight when a signal arrives.
 	delay time.Duration
-	// delayOwner limits delay to one owner (empty: everyone).
+	// delayOwner limits delay to one owner (empty: everyone), delayAgg
+	// to one aggregate.
 	delayOwner string
+	delayAgg   string
+}
+
+// refusal is a request the sink refused permanently (an injected 422):
+// the message may end dead for it.
+type refusal struct {
+	Group, Owner string
+	ID, Token    int64
+	Code         int
 }
 
 // recorder is the receiving end: an HTTP server that logs every delivery
@@ -60,12 +79,16 @@ type recorder struct {
 	srv     *http.Server
 	ln      net.Listener
 	hangFor time.Duration
+	// rejectGroups are the tables whose messages a 422 may hit (never an
+	// ordered one: a dead head blocks its aggregate for good).
+	rejectGroups map[string]bool
 
 	mu         sync.Mutex
 	rng        *rand.Rand
 	faults     sinkFaults
 	deliveries []delivery
 	refused    map[string]int
+	rejected   []refusal
 	seq        int64
 	wg         sync.WaitGroup
 }
@@ -119,6 +142,13 @@ func (r *recorder) snapshot() ([]delivery, map[string]int) {
 	return append([]delivery(nil), r.deliveries...), refused
 }
 
+// rejections returns the permanent refusals so far.
+func (r *recorder) rejections() []refusal {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]refusal(nil), r.rejected...)
+}
+
 // countBy returns how many deliveries the owner's requests made.
 func (r *recorder) countBy(owner string) int {
 	r.mu.Lock()
@@ -169,7 +199,20 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	f := r.faults
 	draw := func(p float64) bool { return p > 0 && r.rng.Float64() < p }
 	refuse := ""
+	slotName, _, _ := strings.Cut(owner, "-")
+	var badBody []byte
 	switch {
+	case f.authCode != 0 && (f.authSlot == "" || f.authSlot == slotName):
+		refuse = strconv.Itoa(f.authCode)
+	case r.rejectGroups[group] && draw(f.pReject):
+		refuse = "422"
+		r.rejected = append(r.rejected, refusal{Group: group, Owner: owner, ID: id, Token: token, Code: 422})
+	case draw(f.pBadText):
+		refuse = "500"
+		if r.rng.IntN(2) == 0 {
+			refuse = "503"
+		}
+		badBody = badText(r.rng)
 	case draw(f.p5xx):
 		refuse = "503"
 	case draw(f.p429):
@@ -184,7 +227,25 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	r.mu.Unlock()
 
+	switch {
+	case badBody != nil:
+		code, _ := strconv.Atoi(refuse)
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(code)
+		_, _ = w.Write(badBody)
+		return
+	}
 	switch refuse {
+	case "401":
+		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+		http.Error(w, "injected: credential rotated", http.StatusUnauthorized)
+		return
+	case "403":
+		http.Error(w, "injected: credential revoked", http.StatusForbidden)
+		return
+	case "422":
+		http.Error(w, "injected: message rejected", http.StatusUnprocessableEntity)
+		return
 	case "503":
 		http.Error(w, "injected outage", http.StatusServiceUnavailable)
 		return
@@ -227,7 +288,7 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		panic(http.ErrAbortHandler)
 	}
 	i := r.record(d)
-	if f.delay > 0 && (f.delayOwner == "" || f.delayOwner == owner) {
+	if f.delay > 0 && (f.delayOwner == "" || f.delayOwner == owner) && (f.delayAgg == "" || f.delayAgg == agg) {
 		t := time.NewTimer(f.delay)
 		select {
 		case <-t.C:
@@ -242,6 +303,20 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	r.answer(i, answerOK, time.Now())
+}
+
+// badText draws a reply body such as a broken receiver sends: NUL bytes,
+// invalid UTF-8, control characters, sometimes 64 KiB or more.
+func badText(rng *rand.Rand) []byte {
+	pieces := []string{"\x00", "\xff\xfe", "\xc3\x28", "\xed\xa0\x80", "\x1b[31m", "\r\n", "'\"\\", "%s%!d", "\u2028", "\x7f"}
+	var b []byte
+	for range 1 + rng.IntN(12) {
+		b = append(b, pieces[rng.IntN(len(pieces))]...)
+	}
+	if rng.IntN(3) == 0 {
+		b = append(b, strings.Repeat("x\x00", 32<<10+rng.IntN(32<<10))...)
+	}
+	return b
 }
 
 // payloadDoc is what producers put in each payload: its own digest lets the

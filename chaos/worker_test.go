@@ -327,6 +327,14 @@ func (l *eventLog) end(i int, t time.Time) {
 	l.events[i].End = t
 }
 
+// endWith ends event i at t and replaces its detail.
+func (l *eventLog) endWith(i int, t time.Time, detail string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events[i].End = t
+	l.events[i].Detail = detail
+}
+
 func (l *eventLog) snapshot() []event {
 	l.mu.Lock()
 	defer l.mu.Unlock()

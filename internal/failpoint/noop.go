@@ -13,3 +13,6 @@ func Hit(string) {}
 
 // During does nothing without the failpoints build tag.
 func During(string) func() { return func() {} }
+
+// Error never injects anything without the failpoints build tag.
+func Error(string) error { return nil }

@@ -1,0 +1,275 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outbox"
+)
+
+// authWindow answers every request of every worker (or of one slot) 401 or
+// 403 for f.dur: a credential rotated, then restored.
+func (r *run) authWindow(ctx context.Context, f planned, s *slot) {
+	if !r.authBusy.CompareAndSwap(false, true) {
+		return
+	}
+	slotName, detail := "", fmt.Sprintf("HTTP %d to every worker", f.code)
+	if !f.allSlots {
+		slotName, detail = s.name, fmt.Sprintf("HTTP %d to %s", f.code, s.name)
+	}
+	r.faultWG.Add(1)
+	go func() {
+		defer r.faultWG.Done()
+		defer r.authBusy.Store(false)
+		i := r.ev.add(event{Kind: faultSinkAuth, Slot: slotName, Start: time.Now(), Detail: detail})
+		r.rec.updateFaults(func(sf *sinkFaults) { sf.authCode, sf.authSlot = f.code, slotName })
+		sleepCtx(ctx, f.dur)
+		r.rec.updateFaults(func(sf *sinkFaults) { sf.authCode, sf.authSlot = 0, "" })
+		r.ev.end(i, time.Now())
+	}()
+}
+
+// migrateAgain re-runs `outboxd migrate` on the slot's table (or on every
+// table), as a deploy's init step does, while everything else is busy.
+func (r *run) migrateAgain(ctx context.Context, f planned, s *slot) {
+	if !r.migrateBusy.CompareAndSwap(false, true) {
+		return
+	}
+	groups := []*group{s.g}
+	if f.allSlots {
+		groups = r.groups
+	}
+	r.faultWG.Add(1)
+	go func() {
+		defer r.faultWG.Done()
+		defer r.migrateBusy.Store(false)
+		for _, g := range groups {
+			r.migrate(ctx, g)
+		}
+	}()
+}
+
+// migrateDetailOK starts the detail of a migrate event that exited 0.
+const migrateDetailOK = "exit 0"
+
+func (r *run) migrate(ctx context.Context, g *group) {
+	n := r.migrations.Add(1)
+	table, dsn := g.table, r.directDSN("chaos-migrate", "")
+	if g.bare {
+		table, dsn = g.name, r.directDSN("chaos-migrate", r.schema)
+	}
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(mctx, r.env.bin, "migrate", "--dsn", dsn, "--table", table)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir()}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	start := time.Now()
+	i := r.ev.add(event{Kind: faultMigrate, Start: start, Detail: "outboxd migrate --table " + table})
+	out, err := cmd.CombinedOutput()
+	took := time.Since(start).Round(time.Millisecond)
+	_ = os.WriteFile(filepath.Join(r.dir, "logs", fmt.Sprintf("migrate-%d.log", n)), out, 0o644)
+	detail := fmt.Sprintf("%s in %v: outboxd migrate --table %s", migrateDetailOK, took, table)
+	if err != nil {
+		detail = fmt.Sprintf("failed in %v (%v): outboxd migrate --table %s: %s", took, err, table,
+			truncateStr(strings.TrimSpace(string(out)), 300))
+	}
+	r.ev.endWith(i, time.Now(), detail)
+}
+
+// directDSN reaches the cluster without a proxy, with searchPath as the
+// session's search_path when set.
+func (r *run) directDSN(app, searchPath string) string {
+	dsn := r.env.cluster.DSN + "&connect_timeout=5&application_name=" + app
+	if searchPath != "" {
+		dsn += "&search_path=" + searchPath
+	}
+	return dsn
+}
+
+// migrateBare migrates g by its bare name under a search_path naming only
+// the run's schema, as a user who never qualifies the table does.
+func (r *run) migrateBare(ctx context.Context, g *group) error {
+	if _, err := r.env.admin.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{r.schema}.Sanitize()); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, r.directDSN("chaos-migrate", r.schema))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	admin, err := outbox.NewAdmin(pool, g.name)
+	if err != nil {
+		return err
+	}
+	return admin.Migrate(ctx)
+}
+
+// searchPathProducers adds two producers to g whose sessions use another
+// search_path than the migrator's: one without the table's schema, one
+// with a decoy schema first that holds a relation named like the table's
+// waiters, which counts every read (a sequence, since a read may be rolled
+// back with its transaction).
+func (r *run) searchPathProducers(ctx context.Context, g *group, gi int) error {
+	decoy := r.schema + "_decoy"
+	d := pgx.Identifier{decoy}.Sanitize()
+	q := `DROP SCHEMA IF EXISTS ` + d + ` CASCADE;
+CREATE SCHEMA ` + d + `;
+CREATE SEQUENCE ` + d + `.reads;
+CREATE FUNCTION ` + d + `.waiters_read() RETURNS TABLE (owner text, wait_until timestamptz)
+    LANGUAGE plpgsql AS $chaos$ BEGIN PERFORM nextval('` + decoy + `.reads'); END $chaos$;
+CREATE VIEW ` + d + `.` + pgx.Identifier{g.name + "_waiters"}.Sanitize() + ` AS SELECT * FROM ` + d + `.waiters_read();`
+	if _, err := r.env.admin.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol); err != nil {
+		return err
+	}
+	g.decoy = decoy
+	for k, path := range []string{"public", d + ", public"} {
+		cfg, err := pgxpool.ParseConfig(r.directDSN(fmt.Sprintf("chaos-producer-sp%d", k), ""))
+		if err != nil {
+			return err
+		}
+		cfg.ConnConfig.RuntimeParams["search_path"] = path
+		cfg.MaxConns = 2
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		r.t.Cleanup(pool.Close)
+		base := g.producers[0]
+		i := len(g.producers)
+		g.producers = append(g.producers, &producer{idx: i, pool: pool, table: g.table, aggs: base.aggs,
+			rollbackP: base.rollbackP, led: g.led, label: "search_path=" + path,
+			rng: rand.New(rand.NewPCG(r.seed, uint64(1000*gi+i)))})
+	}
+	return nil
+}
+
+// decoyReads is how often a producer's trigger read the decoy waiters
+// relation instead of the table's own.
+func (r *run) decoyReads(ctx context.Context, g *group) (int64, error) {
+	if g.decoy == "" {
+		return 0, nil
+	}
+	var n int64
+	err := r.env.admin.QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM `+
+		pgx.Identifier{g.decoy, "reads"}.Sanitize()).Scan(&n)
+	return n, err
+}
+
+// Ordered-run probe: after the drain, with every worker idle under `run`,
+// one transaction commits a burst on a fresh aggregate, whose every
+// delivery the sink holds probeDelay; each message can only be claimed
+// once the one before is finalized, so the burst drains fast only if a
+// finalize that frees a head wakes the fetcher instead of leaving it to
+// the next poll (orderedPollInterval).
+const (
+	orderedPollInterval = 4 * time.Second
+	probeMessages       = 10
+	probeDelay          = 100 * time.Millisecond
+	probeLimit          = 5 * time.Second
+)
+
+type probeResult struct {
+	Messages     int     `json:"messages"`
+	Seconds      float64 `json:"seconds"`
+	LimitSeconds float64 `json:"limit_seconds"`
+	PollSeconds  float64 `json:"poll_interval_seconds"`
+	Tries        int     `json:"tries"`
+}
+
+// probeOrdered times the burst on each ordered group; a try during which
+// a worker died (an armed failpoint fired) is repeated, at most three
+// times.
+func (r *run) probeOrdered() {
+	for _, g := range r.groups {
+		if !g.cfg.ordered {
+			continue
+		}
+		res := probeResult{Messages: probeMessages, LimitSeconds: probeLimit.Seconds(), PollSeconds: orderedPollInterval.Seconds()}
+		for res.Tries < 3 {
+			res.Tries++
+			before := len(r.ev.snapshot())
+			took, err := r.probeOnce(g, res.Tries)
+			if err != nil {
+				r.t.Errorf("ordered probe on %s: %v", g.name, err)
+				break
+			}
+			res.Seconds = took.Seconds()
+			if !r.workerDiedSince(before) {
+				break
+			}
+		}
+		if r.probes == nil {
+			r.probes = map[string]probeResult{}
+		}
+		r.probes[g.name] = res
+	}
+}
+
+func (r *run) probeOnce(g *group, try int) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	agg := fmt.Sprintf("%s-probe-%d", g.name, try)
+	r.rec.setFaults(sinkFaults{delay: probeDelay, delayAgg: agg})
+	defer r.rec.setFaults(sinkFaults{})
+	start := time.Now()
+	if err := g.producers[0].write(ctx, agg, probeMessages, false); err != nil {
+		return 0, err
+	}
+	for ctx.Err() == nil {
+		var done int
+		if err := r.env.admin.QueryRow(ctx, `SELECT count(*) FROM `+g.table+` WHERE aggregate_id = $1 AND status = 'done'`,
+			agg).Scan(&done); err != nil {
+			return 0, err
+		}
+		if done >= probeMessages {
+			return time.Since(start), nil
+		}
+		sleepCtx(ctx, 20*time.Millisecond)
+	}
+	return time.Since(start), nil // not all done within a minute: certainly late
+}
+
+// workerDiedSince reports whether a worker was killed or crashed after the
+// first n events.
+func (r *run) workerDiedSince(n int) bool {
+	evs := r.ev.snapshot()
+	for _, e := range evs[min(n, len(evs)):] {
+		if e.Kind == "kill" || e.Kind == "crash" {
+			return true
+		}
+	}
+	return false
+}
+
+// classArm draws the failpoints of the enabled failpoint classes for one
+// incarnation: error_text on any worker, publish_hang on those with
+// heartbeats (a hung publish there keeps its lease alive).
+func classArm(c classSet, s uint64, slot, inc int, heartbeat bool, lease time.Duration) []string {
+	rng := rand.New(rand.NewPCG(s^0xc1a55e5, uint64(slot)<<32|uint64(inc)))
+	var out []string
+	if c.has(classErrorText) && rng.Float64() < 0.6 {
+		out = append(out, fmt.Sprintf("publish-error=error%%%.3f", 0.01+0.04*rng.Float64()))
+	}
+	if c.has(classPublishHang) && heartbeat && (inc == 0 || rng.Float64() < 0.5) {
+		if rng.IntN(2) == 0 {
+			d := lease + time.Duration(500+rng.IntN(4000))*time.Millisecond
+			out = append(out, fmt.Sprintf("publish-hang=hang%%0.02:%v", d))
+		} else {
+			// Until the process is killed.
+			out = append(out, fmt.Sprintf("publish-hang=hang@%d:0s", 5+rng.IntN(150)))
+		}
+	}
+	return out
+}
