@@ -3,7 +3,6 @@ package outbox
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -18,7 +17,7 @@ const (
 	LeaseDefault          = 60 * time.Second
 	MaxAttemptsDefault    = 12
 	PollIntervalDefault   = time.Second
-	PublishTimeoutDefault = 10 * time.Second
+	PublishTimeoutDefault = 10 * time.Second // or half the Lease, if shorter
 	RetryBaseDefault      = time.Second
 	RetryCapDefault       = 5 * time.Minute
 	DeferDelayDefault     = 30 * time.Second
@@ -96,9 +95,10 @@ type Config struct {
 	// notification wakes it (retries coming due, or no NOTIFY). Defaults to 1s.
 	PollInterval time.Duration
 
-	// PublishTimeout bounds one Publish call. It must be at most half the
-	// Lease, so a publish that times out still finishes with its lease held.
-	// Defaults to 10s.
+	// PublishTimeout bounds one Publish call. Without heartbeats it must be
+	// at most half the Lease, so a publish that times out still finishes with
+	// its lease held. Defaults to 10s or half the Lease, whichever is
+	// shorter; only an explicit value can conflict with the Lease.
 	PublishTimeout time.Duration
 
 	// RetryBase and RetryCap shape the full-jitter backoff after a retryable
@@ -139,7 +139,7 @@ func (c *Config) WithDefaults() *Config {
 	def(&out.FetchCooldown, FetchCooldownDefault)
 	def(&out.Lease, LeaseDefault)
 	def(&out.PollInterval, PollIntervalDefault)
-	def(&out.PublishTimeout, PublishTimeoutDefault)
+	def(&out.PublishTimeout, min(PublishTimeoutDefault, out.Lease/2))
 	def(&out.RetryBase, RetryBaseDefault)
 	def(&out.RetryCap, RetryCapDefault)
 	if out.Table == "" {
@@ -154,39 +154,51 @@ func (c *Config) WithDefaults() *Config {
 	return &out
 }
 
-// Validate reports the first invalid field of a defaulted config.
+// Validate reports the first invalid field of a defaulted config, as a
+// [*ConfigError].
 func (c *Config) Validate() error {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (c *Config) validate() *ConfigError {
 	switch {
 	case c.BatchSize < 1:
-		return fmt.Errorf("BatchSize must be positive, got %d", c.BatchSize)
+		return invalid("BatchSize", "must be positive, got %d", c.BatchSize)
 	case c.Workers < 1:
-		return fmt.Errorf("Workers must be positive, got %d", c.Workers)
+		return invalid("Workers", "must be positive, got %d", c.Workers)
 	case c.MaxAttempts < 1:
-		return fmt.Errorf("MaxAttempts must be positive, got %d", c.MaxAttempts)
+		return invalid("MaxAttempts", "must be positive, got %d", c.MaxAttempts)
 	case c.Lease < 10*time.Millisecond:
-		return fmt.Errorf("Lease must be at least 10ms, got %s", c.Lease)
+		return invalid("Lease", "must be at least 10ms, got %s", c.Lease)
 	case c.PublishTimeout <= 0:
-		return fmt.Errorf("PublishTimeout must be positive, got %s", c.PublishTimeout)
+		return invalid("PublishTimeout", "must be positive, got %s", c.PublishTimeout)
 	case c.HeartbeatInterval < 0:
-		return fmt.Errorf("HeartbeatInterval must not be negative, got %s", c.HeartbeatInterval)
+		return invalid("HeartbeatInterval", "must not be negative, got %s", c.HeartbeatInterval)
 	case c.HeartbeatInterval > 0 && c.HeartbeatInterval*3 > c.Lease:
-		return fmt.Errorf("HeartbeatInterval (%s) must be at most a third of the Lease (%s), so a lease is extended before it runs out", c.HeartbeatInterval, c.Lease)
+		return conflict("HeartbeatInterval", "Lease", "(%[2]s) must be at most a third of %[1]s (%[3]s), so a lease is extended before it runs out",
+			c.HeartbeatInterval, c.Lease)
 	case c.HeartbeatInterval == 0 && c.PublishTimeout*2 > c.Lease:
-		return fmt.Errorf("PublishTimeout (%s) must be at most half the Lease (%s), so a publish ends while its lease still holds (or turn on heartbeats)", c.PublishTimeout, c.Lease)
+		return conflict("PublishTimeout", "Lease", "(%[2]s) must be at most half of %[1]s (%[3]s), so a publish ends while its lease still holds (or turn on heartbeats)",
+			c.PublishTimeout, c.Lease)
 	case c.FetchCooldown < 0:
-		return fmt.Errorf("FetchCooldown must not be negative, got %s", c.FetchCooldown)
+		return invalid("FetchCooldown", "must not be negative, got %s", c.FetchCooldown)
 	case c.PollInterval <= 0:
-		return fmt.Errorf("PollInterval must be positive, got %s", c.PollInterval)
-	case c.RetryBase < 0 || c.RetryCap < 0:
-		return errors.New("RetryBase and RetryCap must not be negative")
+		return invalid("PollInterval", "must be positive, got %s", c.PollInterval)
+	case c.RetryBase < 0:
+		return invalid("RetryBase", "must not be negative, got %s", c.RetryBase)
+	case c.RetryCap < 0:
+		return invalid("RetryCap", "must not be negative, got %s", c.RetryCap)
 	case c.RetryCap < c.RetryBase:
-		return fmt.Errorf("RetryCap (%s) must be at least RetryBase (%s)", c.RetryCap, c.RetryBase)
+		return conflict("RetryCap", "RetryBase", "(%[2]s) must be at least %[1]s (%[3]s)", c.RetryCap, c.RetryBase)
 	case c.DeferDelay < 0:
-		return fmt.Errorf("DeferDelay must not be negative, got %s", c.DeferDelay)
+		return invalid("DeferDelay", "must not be negative, got %s", c.DeferDelay)
 	case c.DeferMaxAge < 0 && c.DeferMaxAge != -1:
-		return fmt.Errorf("DeferMaxAge must be positive or -1 (no limit), got %s", c.DeferMaxAge)
+		return invalid("DeferMaxAge", "must be positive or -1 (no limit), got %s", c.DeferMaxAge)
 	case c.Owner == "":
-		return errors.New("Owner must not be empty")
+		return invalid("Owner", "must not be empty")
 	}
 	return nil
 }

@@ -25,9 +25,11 @@ func runConfig(ctx context.Context, e *env, args []string) error {
 	if _, err := s.lf.logger(e.stderr); err != nil {
 		return err
 	}
-	if _, err := s.rf.config(s.db.table, nil); err != nil {
+	cfg, err := s.rf.config(s.db.table, nil)
+	if err != nil {
 		return err
 	}
+	effective := cfg.WithDefaults()
 	if s.hasDefaultSink() {
 		if err := checkSinkURL(s.rf.sink); err != nil {
 			return err
@@ -59,6 +61,9 @@ func runConfig(ctx context.Context, e *env, args []string) error {
 		}
 		if f.Name == "dsn" && value == "" {
 			value = "(libpq environment)"
+		}
+		if f.Name == "publish-timeout" && s.sources[f.Name] == fromDefault {
+			value = effective.PublishTimeout.String() // derived from the lease
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\n", f.Name, maskSecret(f.Name, value), s.sources[f.Name])
 	})

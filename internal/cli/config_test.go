@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -41,6 +42,56 @@ func TestConfigAndRoutes(t *testing.T) {
 		require.Equal(t, "40 env", lines["batch"])
 		require.Equal(t, "2m0s flag", lines["lease"])
 		require.Equal(t, "12 default", lines["max-attempts"])
+	})
+
+	t.Run("ConfigErrorsNameTheFlag", func(t *testing.T) {
+		t.Parallel()
+		c := newCLI(t, bin)
+		goNames := regexp.MustCompile(`\b(BatchSize|DeferDelay|DeferMaxAge|FetchCooldown|HeartbeatInterval|Lease|MaxAttempts|PollInterval|PublishTimeout|RetryBase|RetryCap|Workers)\b`)
+		for _, tc := range []struct{ args, mention []string }{
+			{[]string{"--fetch-cooldown", "-1s"}, []string{"--fetch-cooldown"}},
+			{[]string{"--workers", "-1"}, []string{"--workers"}},
+			{[]string{"--batch", "-5"}, []string{"--batch"}},
+			{[]string{"--max-attempts", "-1"}, []string{"--max-attempts"}},
+			{[]string{"--lease", "5ms"}, []string{"--lease"}},
+			{[]string{"--poll-interval", "-1s"}, []string{"--poll-interval"}},
+			{[]string{"--retry-base", "-1s"}, []string{"--retry-base"}},
+			{[]string{"--retry-cap", "1s", "--retry-base", "2s"}, []string{"--retry-cap", "--retry-base"}},
+			{[]string{"--defer-delay", "-1s"}, []string{"--defer-delay"}},
+			{[]string{"--heartbeat", "-1s"}, []string{"--heartbeat"}},
+			{[]string{"--heartbeat", "30s", "--lease", "60s"}, []string{"--heartbeat", "--lease"}},
+			{[]string{"--publish-timeout", "40s", "--lease", "60s"}, []string{"--publish-timeout", "--lease"}},
+			{[]string{"--defer-max-age", "-1s"}, []string{"--defer-max-age"}},
+		} {
+			r := c.run(t, append([]string{"config", "check"}, tc.args...)...)
+			requireFailure(t, r, 2)
+			for _, m := range tc.mention {
+				require.Contains(t, r.stderr, m, "%v", tc.args)
+			}
+			require.False(t, goNames.MatchString(r.stderr), "a Go field name for %v: %s", tc.args, r.stderr)
+		}
+	})
+
+	t.Run("ZeroMeansTheLibraryDefault", func(t *testing.T) {
+		t.Parallel()
+		c := newCLI(t, bin)
+		for _, args := range [][]string{
+			{"--retry-base", "0"}, {"--retry-cap", "0"}, {"--workers", "0"}, {"--batch", "0"},
+			{"--poll-interval", "0"}, {"--lease", "0"}, {"--defer-delay", "0"},
+		} {
+			requireOK(t, c.run(t, append([]string{"config", "check"}, args...)...))
+		}
+	})
+
+	t.Run("ShortLeaseDerivesThePublishTimeout", func(t *testing.T) {
+		t.Parallel()
+		c := newCLI(t, bin)
+		r := c.run(t, "config", "check", "--lease", "2s")
+		requireOK(t, r)
+		require.Regexp(t, `(?m)^publish-timeout\s+1s\s+default$`, r.stdout)
+		r = c.run(t, "config", "check", "--lease", "2s", "--heartbeat", "500ms", "--publish-timeout", "30s")
+		requireOK(t, r)
+		requireFailure(t, c.run(t, "config", "check", "--lease", "2s", "--publish-timeout", "1500ms"), 2)
 	})
 
 	t.Run("BadConfig", func(t *testing.T) {

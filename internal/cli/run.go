@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -47,7 +48,7 @@ func (r *runFlags) register(fs *flag.FlagSet, defaultSink string) {
 	}{
 		{&r.lease, "lease", outbox.LeaseDefault, "lease length"},
 		{&r.pollInterval, "poll-interval", outbox.PollIntervalDefault, "poll interval when idle (NOTIFY wakes earlier)"},
-		{&r.publishTimeout, "publish-timeout", outbox.PublishTimeoutDefault, "timeout of one publish (at most half the lease)"},
+		{&r.publishTimeout, "publish-timeout", 0, "timeout of one publish, at most half the lease without --heartbeat; 0 = 10s or half the lease, whichever is shorter"},
 		{&r.retryBase, "retry-base", outbox.RetryBaseDefault, "backoff base"},
 		{&r.retryCap, "retry-cap", outbox.RetryCapDefault, "backoff cap"},
 		{&r.deferDelay, "defer-delay", outbox.DeferDelayDefault, "delay of a defer that names none (HTTP 425 without Retry-After)"},
@@ -60,29 +61,12 @@ func (r *runFlags) register(fs *flag.FlagSet, defaultSink string) {
 	}
 }
 
-// config validates the flags and builds the dispatcher config.
+// config builds the dispatcher config from the flags. The library alone
+// validates it (a zero means the library's default, as it does there);
+// only --defer-max-age, whose 0 means "no limit" here, is checked first.
 func (r *runFlags) config(table string, logger *slog.Logger) (*outbox.Config, error) {
-	for _, v := range []struct {
-		name string
-		n    int
-	}{{"--workers", r.workers}, {"--batch", r.batch}, {"--max-attempts", r.maxAttempts}} {
-		if v.n < 1 {
-			return nil, usagef("%s must be positive, got %d", v.name, v.n)
-		}
-	}
-	for _, v := range []struct {
-		name string
-		d    time.Duration
-	}{{"--lease", r.lease}, {"--poll-interval", r.pollInterval}, {"--publish-timeout", r.publishTimeout}, {"--retry-base", r.retryBase}, {"--retry-cap", r.retryCap}, {"--defer-delay", r.deferDelay}} {
-		if v.d <= 0 {
-			return nil, usagef("%s must be positive, got %s", v.name, v.d)
-		}
-	}
-	if r.heartbeat < 0 {
-		return nil, usagef("--heartbeat must not be negative")
-	}
 	if r.deferMaxAge < 0 {
-		return nil, usagef("--defer-max-age must not be negative")
+		return nil, usagef("--defer-max-age must not be negative (0 means no limit), got %s", r.deferMaxAge)
 	}
 	maxAge := r.deferMaxAge
 	if maxAge == 0 {
@@ -96,42 +80,31 @@ func (r *runFlags) config(table string, logger *slog.Logger) (*outbox.Config, er
 		FetchCooldown: r.fetchCooldown,
 	}
 	if err := cfg.WithDefaults().Validate(); err != nil {
-		return nil, usagef("%s", flagNames(err.Error()))
+		var ce *outbox.ConfigError
+		if errors.As(err, &ce) {
+			return nil, usagef("%s", ce.Describe(flagName))
+		}
+		return nil, usagef("%v", err)
 	}
 	return cfg, nil
 }
 
-// flagNames rewrites Config field names in a validation error into the
-// flags that set them.
-func flagNames(msg string) string {
-	for field, flag := range map[string]string{
-		"PublishTimeout": "--publish-timeout", "Lease": "--lease", "RetryCap": "--retry-cap",
-		"RetryBase": "--retry-base", "BatchSize": "--batch", "Workers": "--workers",
-		"MaxAttempts": "--max-attempts", "PollInterval": "--poll-interval", "DeferMaxAge": "--defer-max-age",
-		"DeferDelay": "--defer-delay", "Owner": "--owner", "HeartbeatInterval": "--heartbeat",
-	} {
-		msg = replaceWord(msg, field, flag)
-	}
-	return msg
+// configFlags names the flag that sets each outbox.Config field: the one
+// place the CLI translates the library's field names.
+var configFlags = map[string]string{
+	"BatchSize": "batch", "DeferDelay": "defer-delay", "DeferMaxAge": "defer-max-age",
+	"FetchCooldown": "fetch-cooldown", "HeartbeatInterval": "heartbeat", "Lease": "lease",
+	"MaxAttempts": "max-attempts", "Owner": "owner", "PollInterval": "poll-interval",
+	"PublishTimeout": "publish-timeout", "RetryBase": "retry-base", "RetryCap": "retry-cap",
+	"Table": "table", "Workers": "workers",
 }
 
-func replaceWord(s, old, repl string) string {
-	out := []byte{}
-	for i := 0; i < len(s); {
-		if len(s)-i >= len(old) && s[i:i+len(old)] == old &&
-			(i == 0 || !isIdent(s[i-1])) && (i+len(old) == len(s) || !isIdent(s[i+len(old)])) {
-			out = append(out, repl...)
-			i += len(old)
-			continue
-		}
-		out = append(out, s[i])
-		i++
+// flagName returns "--flag" for a Config field.
+func flagName(field string) string {
+	if f, ok := configFlags[field]; ok {
+		return "--" + f
 	}
-	return string(out)
-}
-
-func isIdent(b byte) bool {
-	return b == '_' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9'
+	return field
 }
 
 // runSetup holds the options run and config check share, and where each
