@@ -51,11 +51,8 @@ func (d *Dispatcher) classify(j *job, err error) result {
 	)
 	switch {
 	case errors.As(err, &deferErr):
-		delay := deferErr.Delay
-		if delay == 0 {
-			delay = d.cfg.DeferDelay
-		}
-		if d.cfg.DeferMaxAge > 0 && j.dbNow.Sub(m.CreatedAt) > d.cfg.DeferMaxAge {
+		delay, ok := d.deferDelay(j, deferErr.Delay)
+		if !ok {
 			return d.dead(r, "defer max age exceeded: "+msg)
 		}
 		r.kind = kindDeferred
@@ -65,7 +62,7 @@ func (d *Dispatcher) classify(j *job, err error) result {
 		// A condition of the connection, not of the message: no attempt spent.
 		r.kind = kindDeferred
 		r.outcome.Status, r.outcome.Refund, r.outcome.Error = store.StatusPending, true, msg
-		r.outcome.Delay = max(unavErr.After, UnavailableDelayDefault)
+		r.outcome.Delay = max(d.retryFloor(unavErr.After), UnavailableDelayDefault)
 		return r
 	case errors.As(err, &permErr), errors.As(err, &panicErr):
 		return d.dead(r, msg)
@@ -73,7 +70,7 @@ func (d *Dispatcher) classify(j *job, err error) result {
 	var floor time.Duration
 	switch {
 	case errors.As(err, &retryErr):
-		floor = retryErr.After
+		floor = d.retryFloor(retryErr.After)
 	case errors.Is(err, context.DeadlineExceeded):
 		msg = "publish timed out: " + msg
 	case errors.Is(err, context.Canceled):
@@ -100,4 +97,28 @@ func (d *Dispatcher) dead(r result, msg string) result {
 	r.kind = kindDead
 	r.outcome.Status, r.outcome.Error = store.StatusDead, msg
 	return r
+}
+
+// deferDelay is how long a defer of j by delay (zero: DeferDelay) postpones
+// it: no further than DeferMaxAge still allows, measured from created_at on
+// the database's clock. ok is false when the message is already past it.
+func (d *Dispatcher) deferDelay(j *job, delay time.Duration) (_ time.Duration, ok bool) {
+	if delay == 0 {
+		delay = d.cfg.DeferDelay
+	}
+	if d.cfg.DeferMaxAge < 0 {
+		return delay, true
+	}
+	left := j.msg.CreatedAt.Add(d.cfg.DeferMaxAge).Sub(j.dbTime())
+	if left <= 0 {
+		return 0, false
+	}
+	return min(delay, left), true
+}
+
+// retryFloor cuts a sink's requested least delay to [RetryFloorMax], or to
+// RetryCap when that is longer: a sink asking for years must not park a
+// message for years.
+func (d *Dispatcher) retryFloor(after time.Duration) time.Duration {
+	return min(after, max(RetryFloorMax, d.cfg.RetryCap))
 }

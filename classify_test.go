@@ -95,6 +95,35 @@ func TestRetryableAfterFloorIsRespected(t *testing.T) {
 	require.Equal(t, 1, rec.Len())
 }
 
+// A least delay a sink asks for is cut to RetryFloorMax, so a broken sink or
+// a hostile Retry-After cannot park a message for years.
+func TestRetryFloorIsCapped(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"RetryableAfter", outbox.RetryableAfter(errors.New("429"), 10_000*time.Hour)},
+		{"UnavailableAfter", &outbox.UnavailableError{Err: errors.New("auth refused"), After: 10_000 * time.Hour}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			id := b.enqueueN(t, 1, "a")[0]
+			rec := newRecorder(func(context.Context, *outbox.Message) error { return tc.err })
+			d := b.dispatcher(t, rec.Sink(), &outbox.Config{MaxAttempts: 3})
+			start(t, d)
+			eventually(t, func() bool { st := d.Stats(); return st.Retried+st.Deferred == 1 })
+			after := b.dbNow(t)
+
+			r := b.row(t, id)
+			require.Equal(t, "pending", r.Status)
+			require.LessOrEqual(t, r.AvailableAt.Sub(after), outbox.RetryFloorMax)
+			require.Greater(t, r.AvailableAt.Sub(after), outbox.RetryFloorMax-time.Minute)
+		})
+	}
+}
+
 func TestDefer(t *testing.T) {
 	t.Parallel()
 
@@ -153,6 +182,25 @@ func TestDefer(t *testing.T) {
 		require.Equal(t, 1, r.Attempts)
 		require.True(t, strings.HasPrefix(r.lastError(), "defer max age exceeded"), r.lastError())
 		require.Equal(t, "pending", b.row(t, young).Status, "a young message went dead")
+	})
+
+	t.Run("DelayIsCutToTheAgeLeft", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := b.enqueueN(t, 1, "a")[0]
+		b.exec(t, "UPDATE "+b.quoted+" SET created_at = now() - interval '30 minutes' WHERE id = $1", id)
+
+		rec := newRecorder(func(context.Context, *outbox.Message) error { return outbox.Defer(10_000*time.Hour, "later") })
+		d := b.dispatcher(t, rec.Sink(), &outbox.Config{DeferMaxAge: time.Hour})
+		start(t, d)
+		eventually(t, func() bool { return d.Stats().Deferred == 1 })
+
+		r := b.row(t, id)
+		require.Equal(t, "pending", r.Status)
+		require.Zero(t, r.Attempts)
+		// Back when the message reaches its maximum age (give or take the
+		// finalize's round trip), not in a year.
+		require.WithinDuration(t, r.CreatedAt.Add(time.Hour), r.AvailableAt, time.Second)
 	})
 
 	t.Run("NoMaxAge", func(t *testing.T) {

@@ -38,8 +38,9 @@ type Config struct {
 	DeferDelay time.Duration
 
 	// DeferMaxAge bounds how long a message may keep being deferred, measured
-	// from its created_at: a defer of an older message sends it dead instead.
-	// Defaults to 7 days. -1 means no limit.
+	// from its created_at: a defer of an older message sends it dead instead,
+	// and a defer's delay is cut to the age the message has left. Defaults
+	// to 7 days. -1 means no limit.
 	DeferMaxAge time.Duration
 
 	// DisableNotify turns off LISTEN/NOTIFY wake-ups; the dispatcher then only
@@ -103,7 +104,9 @@ type Config struct {
 
 	// RetryBase and RetryCap shape the full-jitter backoff after a retryable
 	// failure: random(0, min(RetryCap, RetryBase × 2^attempt)), floored by
-	// the error's own minimum delay. Default to 1s and 5m.
+	// the error's own minimum delay ([RetryableAfter]), which is cut to
+	// [RetryFloorMax] (1h) or RetryCap, whichever is longer. Default to 1s
+	// and 5m.
 	RetryBase time.Duration
 	RetryCap  time.Duration
 

@@ -171,7 +171,10 @@ type job struct {
 }
 
 func (j *job) setDeadline(t time.Time) { j.deadline.Store(t.UnixNano()) }
-func (j *job) lease() store.Lease      { return store.Lease{ID: j.msg.ID, Version: j.msg.FencingToken} }
+
+// dbTime is the database's clock now, as estimated from the claim.
+func (j *job) dbTime() time.Time  { return j.dbNow.Add(time.Since(j.claimedAt)) }
+func (j *job) lease() store.Lease { return store.Lease{ID: j.msg.ID, Version: j.msg.FencingToken} }
 func (j *job) untilDeadline() time.Duration {
 	return time.Until(time.Unix(0, j.deadline.Load()))
 }
@@ -553,7 +556,7 @@ func (d *Dispatcher) finalize(batch []result) {
 		r := &batch[i]
 		ev := SettleEvent{
 			Message: &r.job.msg, Outcome: r.kind.outcome(), PublishDuration: r.job.publishDur, Err: r.err,
-			Lag: r.job.dbNow.Add(time.Since(r.job.claimedAt)).Sub(r.job.msg.CreatedAt),
+			Lag: r.job.dbTime().Sub(r.job.msg.CreatedAt),
 		}
 		if !held[i] {
 			ev.Outcome = OutcomeLeaseLost

@@ -46,7 +46,14 @@ func (e *RetryableError) Unwrap() error { return e.Err }
 // Retryable marks err as transient: timeouts, 5xx, 429, broken connections.
 func Retryable(err error) error { return &RetryableError{Err: orUnknown(err)} }
 
-// RetryableAfter is [Retryable] with a minimum delay before the next attempt.
+// RetryFloorMax is the longest least delay a [RetryableAfter] (or an
+// [UnavailableError]'s After) may impose, unless the dispatcher's RetryCap is
+// longer: a longer request is cut to it, so a sink (or a server's
+// Retry-After) asking for years cannot park a message for years.
+const RetryFloorMax = time.Hour
+
+// RetryableAfter is [Retryable] with a minimum delay before the next attempt,
+// cut to [RetryFloorMax] (or the dispatcher's RetryCap, if longer).
 func RetryableAfter(err error, after time.Duration) error {
 	return &RetryableError{Err: orUnknown(err), After: max(after, 0)}
 }
@@ -64,7 +71,9 @@ func Permanent(err error) error { return &PermanentError{Err: orUnknown(err)} }
 // DeferError says the message cannot be delivered yet for a business reason
 // (a resource it depends on does not exist yet). The message goes back to
 // pending after Delay without consuming an attempt, unless it is older than
-// the dispatcher's DeferMaxAge, in which case it goes dead.
+// the dispatcher's DeferMaxAge, in which case it goes dead. A Delay past
+// what DeferMaxAge still allows the message is cut to it: the message comes
+// back when it reaches its maximum age, and a further defer sends it dead.
 type DeferError struct {
 	// Delay before the next attempt. Zero means the dispatcher's DeferDelay.
 	Delay  time.Duration
