@@ -13,3 +13,9 @@ func (s *Store) UndeliveredSQL() string { return s.undelivered }
 
 // FinalizeSQL returns the statement Finalize runs, for plan tests.
 func (s *Store) FinalizeSQL() string { return s.finalize }
+
+// BreakdownSQL returns the statement BreakdownBy runs, for plan tests.
+func (s *Store) BreakdownSQL() string { return s.console.breakdownEvent }
+
+// OwnersSQL returns the statement Owners runs, for plan tests.
+func (s *Store) OwnersSQL() string { return s.console.owners }

@@ -60,13 +60,17 @@ func explain(t *testing.T, pool *pgxpool.Pool, q string, generic bool, args stri
 		require.NoError(t, err)
 	}()
 
-	rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE plan_probe("+args+")")
+	execute := "EXECUTE plan_probe(" + args + ")"
+	if args == "" {
+		execute = "EXECUTE plan_probe" // a statement without parameters
+	}
+	rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) "+execute)
 	require.NoError(t, err)
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 
 	var js string
-	require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON, VERBOSE) EXECUTE plan_probe("+args+")").Scan(&js))
+	require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON, VERBOSE) "+execute).Scan(&js))
 	var doc []struct {
 		Plan planNode `json:"Plan"`
 	}
@@ -137,7 +141,11 @@ func TestPlansUsePartialIndexes(t *testing.T) {
 			name: "UndeliveredOrdered",
 			sql:  b.st.UndeliveredSQL(),
 			args: "true",
-			want: []string{name + "_ready", name + "_leased", name + "_aggregate_head"},
+			want: []string{name + "_ready", name + "_leased"},
+			// The "dead head before it?" probe: with no dead rows at all the
+			// empty dead index is the cheapest answer; with dead rows it is
+			// the aggregate index (TestConsolePlans/UndeliveredOrdered).
+			anyOf: []string{name + "_aggregate_head", name + "_dead"},
 		},
 	} {
 		for _, generic := range []bool{false, true} {

@@ -43,6 +43,7 @@ type Store struct {
 	types, heartbeat                                          string
 	gauges                                                    string
 	seed                                                      SeedStatements
+	console                                                   consoleSQL
 }
 
 // New prepares the statements for the named table ("name" or "schema.name").
@@ -59,6 +60,8 @@ func New(table string) (*Store, error) {
 		"{{ready_index}}", t.bare("_ready"),
 		"{{leased_index}}", t.bare("_leased"),
 		"{{aggregate_index}}", t.bare("_aggregate_head"),
+		"{{dead_index}}", t.bare("_dead"),
+		"{{audit}}", t.ident("_audit"),
 	)
 	raw := func(name string) string {
 		b, err := files.ReadFile(name)
@@ -92,6 +95,7 @@ func New(table string) (*Store, error) {
 		heartbeat:    load("sql/heartbeat.sql"),
 		gauges:       load("sql/gauges.sql"),
 		migrate:      r.Replace(migrate),
+		console:      loadConsole(load),
 		seed: SeedStatements{
 			Reap:  load("sql/seed_reap.sql"),
 			Claim: load("sql/seed_claim.sql"),

@@ -993,7 +993,11 @@ func hostileEndToEnd(t *testing.T, pool *pgxpool.Pool, schema, name, table strin
 	require.NoError(t, err)
 	indexes, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	require.ElementsMatch(t, []string{name + "_aggregate_head", name + "_leased", name + "_pkey", name + "_ready"}, indexes)
+	require.ElementsMatch(t, []string{name + "_aggregate_head", name + "_dead", name + "_leased", name + "_pkey", name + "_ready"}, indexes)
+	var audit bool
+	require.NoError(t, pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL",
+		pgx.Identifier{schema, name + "_audit"}.Sanitize()).Scan(&audit))
+	require.True(t, audit, "the audit table is created next to the outbox")
 
 	// The wake-up trigger notifies on "schema.name" while a dispatcher waits.
 	channel := schema + "." + name

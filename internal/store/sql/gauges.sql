@@ -5,8 +5,9 @@
 -- index that holds only rows not done: pending through the ready index,
 -- processing through the leased index (the same pass yields the expired
 -- leases and, with pending, the oldest undelivered row), dead through the
--- aggregate-head index, whose predicate "status <> 'done'" is repeated word
--- for word so the index matches without the planner inferring it.
+-- dead index (or the aggregate-head index, whose predicate "status <> 'done'"
+-- is repeated word for word so it matches a table migrated before the dead
+-- index existed).
 --
 -- Done is an estimate: the planner's row count of the table
 -- (pg_class.reltuples, as of its last ANALYZE or VACUUM) less the exact

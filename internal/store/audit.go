@@ -1,0 +1,56 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Audit is one row of the audit table.
+type Audit struct {
+	At         time.Time
+	FinishedAt *time.Time
+	Actor      string
+	Action     string
+	Name       string
+	Filter     []string
+	Count      int64
+	DryRun     bool
+}
+
+// AuditInsert records a write. A dry run (or anything already complete) is
+// recorded finished with its count; otherwise the row starts at count 0
+// and each batch advances it. It returns the row's id.
+func (s *Store) AuditInsert(ctx context.Context, db DB, a Audit, finished bool) (int64, error) {
+	var name *string
+	if a.Name != "" {
+		name = &a.Name
+	}
+	if a.Filter == nil {
+		a.Filter = []string{}
+	}
+	var id int64
+	err := db.QueryRow(ctx, s.console.auditInsert, a.Actor, a.Action, name, a.Filter, a.Count, a.DryRun, finished).Scan(&id)
+	return id, translate(err)
+}
+
+// AuditFinish marks the write recorded in row id as ended.
+func (s *Store) AuditFinish(ctx context.Context, db DB, id int64) error {
+	_, err := db.Exec(ctx, s.console.auditFinish, id)
+	return translate(err)
+}
+
+// AuditList returns the newest limit audit rows, newest first.
+func (s *Store) AuditList(ctx context.Context, db DB, limit int) ([]Audit, error) {
+	rows, err := db.Query(ctx, s.console.auditList, limit)
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Audit, error) {
+		var a Audit
+		err := row.Scan(&a.At, &a.FinishedAt, &a.Actor, &a.Action, &a.Name, &a.Filter, &a.Count, &a.DryRun)
+		return a, err
+	})
+	return out, translate(err)
+}

@@ -1,0 +1,190 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrNotFound reports that no row has the id asked for.
+var ErrNotFound = errors.New("message not found")
+
+// Summary is a row without its payload and headers: a list entry.
+type Summary struct {
+	ID                                            int64
+	AggregateType, AggregateID, EventType, Status string
+	Attempts                                      int
+	CreatedAt, AvailableAt                        time.Time
+	DoneAt, LeaseUntil                            *time.Time
+	LeaseOwner, LastError                         *string
+}
+
+// Detail is a row in full.
+type Detail struct {
+	Summary
+	Payload      json.RawMessage
+	Headers      map[string]string
+	LeaseVersion int64
+}
+
+// Page is one keyset page request.
+type Page struct {
+	After int64
+	Limit int
+	Desc  bool
+}
+
+// consoleSQL are the statements whose WHERE clause is built per filter.
+type consoleSQL struct {
+	messages, count, countExact, message, checkPath string
+	deadRetry, deadSkip, replay                     string
+	auditInsert, auditFinish, auditList             string
+	breakdownEvent, breakdownAggregate, owners      string
+}
+
+func loadConsole(load func(string) string) consoleSQL {
+	breakdown := load("sql/breakdown.sql")
+	return consoleSQL{
+		messages:           load("sql/console_messages.sql"),
+		count:              load("sql/console_count.sql"),
+		countExact:         load("sql/console_count_exact.sql"),
+		message:            load("sql/console_message.sql"),
+		checkPath:          load("sql/check_path.sql"),
+		deadRetry:          load("sql/dead_retry_batch.sql"),
+		deadSkip:           load("sql/dead_skip_batch.sql"),
+		replay:             load("sql/replay_batch.sql"),
+		auditInsert:        load("sql/audit_insert.sql"),
+		auditFinish:        load("sql/audit_finish.sql"),
+		auditList:          load("sql/audit_list.sql"),
+		breakdownEvent:     strings.ReplaceAll(breakdown, "{{key}}", "event_type"),
+		breakdownAggregate: strings.ReplaceAll(breakdown, "{{key}}", "aggregate_type"),
+		owners:             load("sql/dispatchers.sql"),
+	}
+}
+
+// MessagesSQL returns the statement Messages runs for f and p, with its
+// arguments.
+func (s *Store) MessagesSQL(f Filter, p Page) (string, []any, error) {
+	w, err := buildWhere(f, 2)
+	if err != nil {
+		return "", nil, err
+	}
+	order := "ASC"
+	if p.Desc {
+		order = "DESC"
+	}
+	if p.After > 0 {
+		if p.Desc {
+			w.add("before", p.After)
+		} else {
+			w.add("after", p.After)
+		}
+	}
+	q := strings.NewReplacer("{{where}}", w.String(), "{{order}}", order).Replace(s.console.messages)
+	return q, append([]any{p.Limit}, w.args...), nil
+}
+
+// Messages returns one page of rows matching f.
+func (s *Store) Messages(ctx context.Context, db DB, f Filter, p Page) ([]Summary, error) {
+	q, args, err := s.MessagesSQL(f, p)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, q, args...)
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Summary, error) {
+		var m Summary
+		err := row.Scan(summaryDest(&m)...)
+		return m, err
+	})
+	return out, translate(err)
+}
+
+func summaryDest(m *Summary) []any {
+	return []any{&m.ID, &m.AggregateType, &m.AggregateID, &m.EventType, &m.Status, &m.Attempts,
+		&m.CreatedAt, &m.AvailableAt, &m.DoneAt, &m.LeaseUntil, &m.LeaseOwner, &m.LastError}
+}
+
+// CountSQL returns the statement Count runs for f, with its arguments; cap
+// 0 means exact.
+func (s *Store) CountSQL(f Filter, limit int64) (string, []any, error) {
+	first, q := 2, s.console.count
+	if limit == 0 {
+		first, q = 1, s.console.countExact
+	}
+	w, err := buildWhere(f, first)
+	if err != nil {
+		return "", nil, err
+	}
+	q = strings.ReplaceAll(q, "{{where}}", w.String())
+	if limit == 0 {
+		return q, w.args, nil
+	}
+	return q, append([]any{limit}, w.args...), nil
+}
+
+// Count counts rows matching f, stopping at limit (0: count them all).
+func (s *Store) Count(ctx context.Context, db DB, f Filter, limit int64) (int64, error) {
+	q, args, err := s.CountSQL(f, limit)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	err = db.QueryRow(ctx, q, args...).Scan(&n)
+	return n, translate(err)
+}
+
+// Message returns the row with id, or ErrNotFound.
+func (s *Store) Message(ctx context.Context, db DB, id int64) (*Detail, error) {
+	var d Detail
+	var payload string
+	var headers *string
+	dest := append(summaryDest(&d.Summary), &payload, &headers, &d.LeaseVersion)
+	err := db.QueryRow(ctx, s.console.message, id).Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, translate(err)
+	}
+	d.Payload = json.RawMessage(payload)
+	d.Headers = map[string]string{}
+	if headers != nil {
+		if err := json.Unmarshal([]byte(*headers), &d.Headers); err != nil {
+			d.Headers = flatHeaders(*headers)
+		}
+	}
+	return &d, nil
+}
+
+// flatHeaders reads a headers object whose values are not all strings,
+// keeping each value's JSON text.
+func flatHeaders(text string) map[string]string {
+	var raw map[string]json.RawMessage
+	out := map[string]string{}
+	if json.Unmarshal([]byte(text), &raw) != nil {
+		return out
+	}
+	for k, v := range raw {
+		var s string
+		if json.Unmarshal(v, &s) == nil {
+			out[k] = s
+		} else {
+			out[k] = string(v)
+		}
+	}
+	return out
+}
+
+// CheckPath reports whether path parses as an SQL/JSON path; the error is
+// PostgreSQL's own message.
+func (s *Store) CheckPath(ctx context.Context, db DB, path string) error {
+	var ok bool
+	return db.QueryRow(ctx, s.console.checkPath, path).Scan(&ok)
+}

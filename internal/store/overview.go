@@ -1,0 +1,55 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Breakdown is one group of rows not done.
+type Breakdown struct {
+	Key                       string
+	Pending, Processing, Dead int64
+}
+
+// BreakdownBy groups the rows not done by "event_type" or
+// "aggregate_type", the limit largest groups first.
+func (s *Store) BreakdownBy(ctx context.Context, db DB, column string, limit int) ([]Breakdown, error) {
+	q := s.console.breakdownEvent
+	if column == "aggregate_type" {
+		q = s.console.breakdownAggregate
+	}
+	rows, err := db.Query(ctx, q, limit)
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Breakdown, error) {
+		var b Breakdown
+		err := row.Scan(&b.Key, &b.Pending, &b.Processing, &b.Dead)
+		return b, err
+	})
+	return out, translate(err)
+}
+
+// Owner is a dispatcher holding leases.
+type Owner struct {
+	Owner      string
+	InFlight   int64
+	LeaseUntil time.Time
+	Expired    int64
+}
+
+// Owners returns the owners holding leases, by name.
+func (s *Store) Owners(ctx context.Context, db DB) ([]Owner, error) {
+	rows, err := db.Query(ctx, s.console.owners)
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Owner, error) {
+		var o Owner
+		err := row.Scan(&o.Owner, &o.InFlight, &o.LeaseUntil, &o.Expired)
+		return o, err
+	})
+	return out, translate(err)
+}
