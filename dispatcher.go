@@ -388,7 +388,7 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 			// cooldown bounds that cost under a trickle of inserts, at the
 			// price of up to one cooldown of latency; until then, poll.
 			if wait := d.cfg.FetchCooldown - time.Since(registeredAt); wait > 0 {
-				if !sleep(nil, wait) {
+				if !sleep(d.headFreed(), wait) {
 					return
 				}
 				continue
@@ -401,11 +401,22 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 				continue
 			}
 		}
-		if !sleep(nil, d.cfg.PollInterval) {
+		if !sleep(d.headFreed(), d.cfg.PollInterval) {
 			return
 		}
 		clearWait = waiting
 	}
+}
+
+// headFreed is what, besides a notification, ends an idle wait: in ordered
+// mode a finalize may free the head of an aggregate whose next message is
+// already waiting, and no producer notifies about that, so the completer's
+// signal wakes the fetcher; otherwise nothing (a finalize frees no row).
+func (d *Dispatcher) headFreed() <-chan struct{} {
+	if d.cfg.Ordered {
+		return d.freed
+	}
+	return nil
 }
 
 // work publishes jobs until jobs is closed. Once ctx is done, jobs not yet

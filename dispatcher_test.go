@@ -181,6 +181,36 @@ func TestOrdered(t *testing.T) {
 		require.Zero(t, ties, "a later message finalized no later than an earlier one")
 	})
 
+	t.Run("RunAdvancesAnAggregateWithoutWaitingForThePoll", func(t *testing.T) {
+		t.Parallel()
+		for _, notify := range []bool{true, false} {
+			t.Run(fmt.Sprintf("Notify=%v", notify), func(t *testing.T) {
+				t.Parallel()
+				b := setup(t)
+				const n = 8
+				ids := b.enqueueN(t, n, "order-1")
+				// A publish outlasts the fetch cooldown, so the claim after
+				// each partial batch finds the head still in flight.
+				rec := newRecorder(func(ctx context.Context, _ *outbox.Message) error {
+					select {
+					case <-time.After(150 * time.Millisecond):
+					case <-ctx.Done():
+					}
+					return nil
+				})
+				// Under Run, not Drain: with a 10s poll, an aggregate that
+				// advanced one message per poll would need 70s for 8.
+				d := b.dispatcher(t, rec.Sink(), &outbox.Config{
+					Ordered: true, Workers: 2, BatchSize: 10, PollInterval: 10 * time.Second, DisableNotify: !notify,
+				})
+				start(t, d)
+				require.Eventually(t, func() bool { return b.tryCount("done") == n }, 8*time.Second, 5*time.Millisecond,
+					"the fetcher did not wake when a finalize freed the next head")
+				require.Equal(t, ids, rec.IDs(), "publish order")
+			})
+		}
+	})
+
 	t.Run("DeadHeadBlocksOnlyItsAggregate", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
