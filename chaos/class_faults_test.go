@@ -263,7 +263,9 @@ func classArm(c classSet, s uint64, slot, inc int, heartbeat bool, lease time.Du
 		out = append(out, fmt.Sprintf("publish-error=error%%%.3f", 0.01+0.04*rng.Float64()))
 	}
 	if c.has(classPublishHang) && heartbeat && (inc == 0 || rng.Float64() < 0.5) {
-		if rng.IntN(2) == 0 {
+		// A first incarnation always hangs for good once, later ones
+		// either way.
+		if inc > 0 && rng.IntN(2) == 0 {
 			d := lease + time.Duration(500+rng.IntN(4000))*time.Millisecond
 			out = append(out, fmt.Sprintf("publish-hang=hang%%0.02:%v", d))
 		} else {

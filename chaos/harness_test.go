@@ -283,7 +283,7 @@ func newRun(t *testing.T, e *env, cfg runConfig, seed uint64) *run {
 		}
 		for i := range gc.producers {
 			g.producers = append(g.producers, &producer{idx: i, pool: e.admin, table: g.table, ordered: gc.ordered,
-				aggs: aggs, rollbackP: gc.rollbackP, led: g.led,
+				aggs: aggs, rollbackP: gc.rollbackP, led: g.led, label: "the harness's pool, default search_path",
 				rng: rand.New(rand.NewPCG(seed, uint64(1000*gi+i)))})
 		}
 		if g.bare {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -224,9 +225,11 @@ func (s *slot) noteExit(p *proc) {
 	case ws.Signaled() && ws.Signal() == syscall.SIGKILL:
 		e.Kind = "kill"
 		switch {
-		case strings.Contains(logTail, "failpoint "):
-			i := strings.LastIndex(logTail, "failpoint ")
-			e.Detail = strings.TrimSpace(strings.SplitN(logTail[i:], "\n", 2)[0])
+		case failpointKill.MatchString(logTail):
+			// The last one: error texts of publish-error name their
+			// failpoint too, but never end in SIGKILL.
+			m := failpointKill.FindAllString(logTail, -1)
+			e.Detail = m[len(m)-1]
 		case termed:
 			e.Detail = "SIGKILL after SIGTERM grace period"
 		case killedByUs:
@@ -244,6 +247,9 @@ func (s *slot) noteExit(p *proc) {
 	}
 	s.r.ev.add(e)
 }
+
+// failpointKill is the line a failpoint writes before it kills its process.
+var failpointKill = regexp.MustCompile(`failpoint [a-z-]+: SIGKILL`)
 
 // stopProc ends p gracefully, killing it after grace.
 func (s *slot) stopProc(p *proc, grace time.Duration) {
