@@ -268,7 +268,7 @@ func newRun(t *testing.T, e *env, cfg runConfig, seed uint64) *run {
 	}
 	for gi, gc := range cfg.groups {
 		g := &group{cfg: gc, name: gc.name, table: r.schema + "." + gc.name,
-			audit: r.schema + "." + gc.name + "_audit", led: newLedger()}
+			audit: r.schema + "." + gc.name + "_chaos_audit", led: newLedger()}
 		g.bare = cfg.classes.has(classSearchPath) && !gc.ordered && !bareDone
 		bareDone = bareDone || g.bare
 		if err := r.migrateFirst(ctx, g); err != nil {
@@ -580,15 +580,16 @@ func (r *run) deliveries() ([]delivery, map[string]int, error) {
 	return dels, refused, nil
 }
 
-// installAudit adds the test-only audit trail: every change of status or
+// installAudit adds the test-only audit trail (<table>_chaos_audit: the
+// name <table>_audit is migrate's operator log): every change of status or
 // lease_version (claims, finalizes, reaps) with the row before and after,
 // the writer's application_name (each worker incarnation connects as its
 // owner name) and the times the statement saw.
 func installAudit(ctx context.Context, db *pgxpool.Pool, schema, table string) error {
 	s := pgx.Identifier{schema}.Sanitize()
 	t := s + "." + pgx.Identifier{table}.Sanitize()
-	a := s + "." + pgx.Identifier{table + "_audit"}.Sanitize()
-	fn := s + "." + pgx.Identifier{table + "_audit_fn"}.Sanitize()
+	a := s + "." + pgx.Identifier{table + "_chaos_audit"}.Sanitize()
+	fn := s + "." + pgx.Identifier{table + "_chaos_audit_fn"}.Sanitize()
 	q := `
 CREATE TABLE ` + a + ` (
     seq             bigserial PRIMARY KEY,
