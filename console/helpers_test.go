@@ -191,3 +191,10 @@ func errorCode(t *testing.T, r response) string {
 	require.NoError(t, json.Unmarshal([]byte(r.body), &e), r.body)
 	return e.Error.Code
 }
+
+// exec runs q with {{table}} replaced by the quoted table name.
+func (b *testBundle) exec(t *testing.T, q string, args ...any) {
+	t.Helper()
+	_, err := b.pool.Exec(t.Context(), strings.ReplaceAll(q, "{{table}}", b.quoted), args...)
+	require.NoError(t, err)
+}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -36,6 +37,7 @@ func runConsole(ctx context.Context, e *env, args []string) error {
 		tables tablesFlag
 		addr   string
 		write  bool
+		every  time.Duration
 		lf     logFlags
 	)
 	fs := newFlagSet(e, "console", "console [--dsn DSN] [--table NAME]... [--addr HOST:PORT] [--write]")
@@ -44,6 +46,7 @@ func runConsole(ctx context.Context, e *env, args []string) error {
 	fs.Var(&tables, "table", "outbox table, NAME or SCHEMA.NAME; repeat (or comma-separate) to show several (default outbox)")
 	fs.StringVar(&addr, "addr", consoleAddrDefault, "listen address HOST:PORT")
 	fs.BoolVar(&write, "write", false, "allow actions that change rows (dead retry/skip, replay); read-only without it")
+	durVar(fs, &every, "sample-interval", console.SampleIntervalDefault, "how often the charts sample each table's gauges")
 	lf.register(fs)
 	if err := parseLayered(e, fs, &db, args); err != nil {
 		return err
@@ -68,7 +71,10 @@ func runConsole(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	return serveConsole(ctx, e, pool, consoleOpts{addr: addr, write: write, tables: tables, flag: "--addr"}, logger)
+	if every <= 0 {
+		return usagef("--sample-interval must be positive")
+	}
+	return serveConsole(ctx, e, pool, consoleOpts{addr: addr, write: write, tables: tables, flag: "--addr", every: every}, logger)
 }
 
 // consoleOpts are what `console` and `run --console-addr` share.
@@ -77,6 +83,7 @@ type consoleOpts struct {
 	write  bool
 	tables []string
 	flag   string // the address flag's name, for errors
+	every  time.Duration
 }
 
 // serveConsole checks the tables, then serves the console until ctx ends.
@@ -99,6 +106,7 @@ func openConsole(ctx context.Context, e *env, pool *pgxpool.Pool, o consoleOpts,
 	console.Version = Version
 	srv, err := console.New(pool, &console.Config{
 		Tables: o.tables, Write: o.write, Credentials: creds, Insecure: isLoopback(o.addr), Logger: logger,
+		SampleInterval: o.every,
 	})
 	if err != nil {
 		return nil, nil, usagef("%s", strings.TrimPrefix(err.Error(), "console: "))

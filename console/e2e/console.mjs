@@ -1,0 +1,131 @@
+// End-to-end check of the outboxd console in headless Chromium: sign in,
+// load every page, filter dead messages, retry all matching and watch the
+// count fall to zero, with no console error on any page. Run by
+// console/e2e_test.go, which starts the console and seeds the table.
+//
+// Environment: CONSOLE_URL, CONSOLE_TOKEN, CONSOLE_TABLE, DEAD_EVENT (the
+// event type to filter on), DEAD_MATCHING and DEAD_OTHER (the dead counts
+// with and without that event type), SCREENSHOTS (a directory, optional).
+import { chromium } from 'playwright-core';
+import path from 'node:path';
+
+const env = (k) => { const v = process.env[k]; if (!v) throw new Error(`${k} is not set`); return v; };
+const base = env('CONSOLE_URL'), token = env('CONSOLE_TOKEN'), table = env('CONSOLE_TABLE');
+const deadEvent = env('DEAD_EVENT'), deadMatching = Number(env('DEAD_MATCHING')), deadOther = Number(env('DEAD_OTHER'));
+const shots = process.env.SCREENSHOTS || '';
+const t = (p) => `${base}/t/${encodeURIComponent(table)}${p}`;
+
+function check(cond, msg) { if (!cond) throw new Error('check failed: ' + msg); }
+
+const browser = await chromium.launch({
+  executablePath: '/usr/bin/chromium',
+  args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update'],
+});
+const problems = [];
+const timings = {};
+async function newPage(colorScheme) {
+  const ctx = await browser.newContext({ viewport: { width: 1360, height: 860 }, colorScheme });
+  const page = await ctx.newPage();
+  page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning') problems.push(`${m.type()} on ${page.url()}: ${m.text()}`); });
+  page.on('pageerror', (e) => problems.push(`page error on ${page.url()}: ${e.message}`));
+  // A fetch cut short by a navigation (the page reloads when a job ends) is
+  // not a failure.
+  page.on('requestfailed', (r) => { if (r.failure()?.errorText !== 'net::ERR_ABORTED') problems.push(`request failed on ${page.url()}: ${r.url()} ${r.failure()?.errorText}`); });
+  page.on('response', (r) => { if (r.status() >= 400) problems.push(`HTTP ${r.status()} on ${page.url()}: ${r.url()}`); });
+  return page;
+}
+async function shot(page, name) {
+  if (shots) await page.screenshot({ path: path.join(shots, name + '.png'), fullPage: true });
+}
+async function visit(page, url, name) {
+  const start = Date.now();
+  const resp = await page.goto(url, { waitUntil: 'load' });
+  timings[name] = Date.now() - start;
+  check(resp.ok(), `${url} answered ${resp.status()}`);
+}
+async function signIn(page) {
+  await page.goto(base + '/');
+  check(page.url().includes('/login'), 'an unauthenticated visit goes to the sign-in form');
+  await page.fill('input[name="token"]', token);
+  await Promise.all([page.waitForURL((u) => !u.pathname.startsWith('/login')), page.click('button[type="submit"]')]);
+}
+const countOf = async (page) => Number(await page.getAttribute('#match-count', 'data-n'));
+
+try {
+  const page = await newPage('light');
+  await signIn(page);
+
+  // Overview: counts, and charts once the sampler has two samples.
+  await visit(page, t('/'), 'overview');
+  check(await page.textContent('h1') === 'Overview' || (await page.textContent('h1')).startsWith('Overview'), 'overview heading');
+  check(Number((await page.textContent('[data-gauge="dead"]')).replace(/,/g, '')) === deadMatching + deadOther, 'dead card shows every dead message');
+  await page.waitForSelector('.plot[data-series="dead"] svg path.line', { state: 'attached', timeout: 15000 });
+  await shot(page, 'overview');
+
+  // Messages, then the keyboard: j selects the first row, Enter opens it.
+  await visit(page, t('/messages'), 'messages');
+  check(await page.locator('#rows tbody tr[data-href]').count() > 0, 'messages listed');
+  await shot(page, 'messages');
+  await page.keyboard.press('j');
+  await Promise.all([page.waitForURL(/\/messages\/\d+$/), page.keyboard.press('Enter')]);
+  timings.message = 0;
+  check((await page.textContent('h1')).startsWith('Message '), 'detail page');
+  check(await page.locator('#payload').count() === 1, 'payload shown');
+  await shot(page, 'message');
+
+  // Dead letters: filter by event type through the form.
+  await visit(page, t('/dead'), 'dead');
+  check(await countOf(page) === deadMatching + deadOther, 'dead page counts all dead');
+  await page.fill('#filter-first', deadEvent);
+  await Promise.all([page.waitForURL(/event_type=/), page.click('#filters button[type="submit"]')]);
+  check(new URL(page.url()).searchParams.get('event_type') === deadEvent, 'the filter is in the URL');
+  check(await countOf(page) === deadMatching, `filtered count ${await countOf(page)} is ${deadMatching}`);
+  await shot(page, 'dead');
+
+  // Retry all matching: preview count, confirmation, then a tracked job.
+  await page.click('#retry-all');
+  await page.waitForSelector('#confirm[open]');
+  const text = await page.textContent('#confirm-text');
+  check(text.includes(new Intl.NumberFormat('en-US').format(deadMatching)), `confirmation names the count: ${text}`);
+  await shot(page, 'dead-confirm');
+  await page.click('#confirm-ok');
+  const seen = [deadMatching];
+  await page.waitForSelector('#job-status:not(.hidden)');
+  const deadline = Date.now() + 60000;
+  for (;;) {
+    const n = await page.evaluate(() => Number(document.getElementById('match-count')?.dataset.n)).catch(() => NaN);
+    if (!Number.isNaN(n) && n !== seen[seen.length - 1]) seen.push(n);
+    if (n === 0) break;
+    check(Date.now() < deadline, `count stuck at ${n}`);
+    await page.waitForTimeout(100);
+  }
+  check(seen.every((v, i) => i === 0 || v < seen[i - 1]), `count only fell: ${seen}`);
+  await page.waitForSelector('#job-status[data-state="done"]', { timeout: 30000 });
+  await page.waitForLoadState('load');
+
+  // The other dead messages are untouched.
+  await visit(page, t('/dead'), 'dead_unfiltered');
+  check(await countOf(page) === deadOther, `unfiltered dead count ${await countOf(page)} is ${deadOther}`);
+
+  await visit(page, t('/replay'), 'replay');
+  await shot(page, 'replay');
+  await visit(page, t('/audit'), 'audit');
+  const audit = await page.textContent('#audit');
+  check(audit.includes('dead_retry') || audit.includes('retry'), 'the retry is audited');
+  await shot(page, 'audit');
+
+  const dark = await newPage('dark');
+  await signIn(dark);
+  await visit(dark, t('/'), 'overview_dark');
+  await dark.waitForSelector('.plot[data-series="dead"] svg path.line', { state: 'attached', timeout: 15000 });
+  await shot(dark, 'overview-dark');
+
+  check(problems.length === 0, 'no console errors:\n' + problems.join('\n'));
+  console.log(JSON.stringify({ ok: true, count_seen: seen, page_load_ms: timings }));
+} catch (err) {
+  console.error(err.stack || String(err));
+  if (problems.length) console.error('console problems:\n' + problems.join('\n'));
+  process.exitCode = 1;
+} finally {
+  await browser.close();
+}
