@@ -1,4 +1,4 @@
-//go:build !contract
+//go:build !contract1
 
 package console
 
@@ -6,12 +6,6 @@ import (
 	"context"
 	"net/http"
 )
-
-func breakdowns(context.Context, *table) ([]BreakdownView, []BreakdownView, error) {
-	return nil, nil, nil
-}
-
-func dispatchers(context.Context, *table) ([]DispatcherView, error) { return nil, nil }
 
 func newestID(context.Context, *table) (int64, error) { return 0, nil }
 
@@ -26,9 +20,6 @@ func notYetPage(w http.ResponseWriter, _ *http.Request, _ *table, _ pageData) {
 func (s *Server) apiMessages(w http.ResponseWriter, r *http.Request, p principal) { notYet(w, r, p) }
 func (s *Server) apiMessage(w http.ResponseWriter, r *http.Request, p principal)  { notYet(w, r, p) }
 func (s *Server) apiCount(w http.ResponseWriter, r *http.Request, p principal)    { notYet(w, r, p) }
-func (s *Server) apiAudit(w http.ResponseWriter, r *http.Request, p principal)    { notYet(w, r, p) }
-func (s *Server) apiReplay(w http.ResponseWriter, r *http.Request, p principal)   { notYet(w, r, p) }
-func (s *Server) apiDeadAction(string) apiHandler                                 { return notYet }
 
 func (s *Server) messagesPage(w http.ResponseWriter, r *http.Request, t *table, b pageData) {
 	notYetPage(w, r, t, b)
@@ -40,8 +31,5 @@ func (s *Server) deadPage(w http.ResponseWriter, r *http.Request, t *table, b pa
 	notYetPage(w, r, t, b)
 }
 func (s *Server) replayPage(w http.ResponseWriter, r *http.Request, t *table, b pageData) {
-	notYetPage(w, r, t, b)
-}
-func (s *Server) auditPage(w http.ResponseWriter, r *http.Request, t *table, b pageData) {
 	notYetPage(w, r, t, b)
 }

@@ -1,0 +1,84 @@
+//go:build contract1
+
+package console
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/outboxd/outbox"
+)
+
+// timelineStep is one line of a message's timeline.
+type timelineStep struct {
+	What, When, Note, Class string
+}
+
+// timeline tells a message's life from its columns: created, each claim
+// (the fencing token counts them), its lease, and how it finished.
+func timeline(m *MessageDetailView) []timelineStep {
+	steps := []timelineStep{{What: "Created", When: formatWhen(m.CreatedAt)}}
+	if m.LeaseVersion > 0 {
+		note := ""
+		if m.LeaseOwner != nil {
+			note = "last by " + *m.LeaseOwner
+		}
+		steps = append(steps, timelineStep{What: "Claimed " + formatInt(m.LeaseVersion) + "×", When: "attempts " + formatInt(int64(m.Attempts)), Note: note})
+	}
+	switch m.Status {
+	case "processing":
+		steps = append(steps, timelineStep{What: "Lease held", When: "until " + formatWhen(m.LeaseUntil), Class: "future"})
+	case "pending":
+		what := "Waiting"
+		if m.Attempts > 0 {
+			what = "Retry scheduled"
+		}
+		steps = append(steps, timelineStep{What: what, When: "available " + formatWhen(m.AvailableAt), Class: "future"})
+	case "done":
+		steps = append(steps, timelineStep{What: "Delivered", When: formatWhen(m.DoneAt)})
+	case "dead":
+		steps = append(steps, timelineStep{What: "Dead", When: formatWhen(m.DoneAt), Note: deref(m.LastError), Class: "dead"})
+	}
+	return steps
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+func prettyJSON(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Indent(&b, raw, "", "  ") != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+func (s *Server) messagePage(w http.ResponseWriter, r *http.Request, t *table, base pageData) {
+	base.Page = "message"
+	m, err := s.detail(r, t)
+	var re *requestError
+	switch {
+	case errors.Is(err, outbox.ErrNotFound):
+		s.pageError(w, base, http.StatusNotFound, "No message "+r.PathValue("id")+" in "+t.name+".")
+		return
+	case errors.As(err, &re):
+		s.pageError(w, base, http.StatusBadRequest, re.msg)
+		return
+	case err != nil:
+		s.pageError(w, base, http.StatusInternalServerError, cleanErr(err))
+		return
+	}
+	base.Title = "Message " + r.PathValue("id")
+	s.render(w, "message", struct {
+		pageData
+		M        *MessageDetailView
+		Timeline []timelineStep
+		Payload  string
+	}{base, m, timeline(m), prettyJSON(m.Payload)})
+}

@@ -1,0 +1,280 @@
+//go:build contract1
+
+package console
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outboxd/outbox"
+)
+
+// MessageView is a message in a list.
+type MessageView struct {
+	ID            int64      `json:"id"`
+	AggregateType string     `json:"aggregate_type"`
+	AggregateID   string     `json:"aggregate_id"`
+	EventType     string     `json:"event_type"`
+	Status        string     `json:"status"`
+	Attempts      int        `json:"attempts"`
+	CreatedAt     time.Time  `json:"created_at"`
+	AvailableAt   time.Time  `json:"available_at"`
+	DoneAt        *time.Time `json:"done_at"`
+	LeaseOwner    *string    `json:"lease_owner"`
+	LeaseUntil    *time.Time `json:"lease_until"`
+	LastError     *string    `json:"last_error"`
+}
+
+// MessageDetailView is one message with its payload, headers and fencing token.
+type MessageDetailView struct {
+	MessageView
+	LeaseVersion int64             `json:"lease_version"`
+	Payload      json.RawMessage   `json:"payload"`
+	Headers      map[string]string `json:"headers"`
+}
+
+// CountView is a match count; capped means "at least N".
+type CountView struct {
+	N      int64 `json:"n"`
+	Capped bool  `json:"capped"`
+}
+
+func messageView(m outbox.MessageSummary) MessageView {
+	return MessageView{
+		ID: m.ID, AggregateType: m.AggregateType, AggregateID: m.AggregateID, EventType: m.EventType,
+		Status: m.Status, Attempts: m.Attempts, CreatedAt: m.CreatedAt, AvailableAt: m.AvailableAt,
+		DoneAt: m.DoneAt, LeaseOwner: m.LeaseOwner, LeaseUntil: m.LeaseUntil, LastError: m.LastError,
+	}
+}
+
+// listing is one page of messages matching a filter, with its capped count.
+type listing struct {
+	Rows  []MessageView
+	Next  int64
+	Count CountView
+}
+
+func (s *Server) list(r *http.Request, t *table, force string) (listing, error) {
+	l, f, err := s.listNoCount(r, t, force)
+	if err != nil {
+		return l, err
+	}
+	c, err := t.admin.Count(r.Context(), f, r.URL.Query().Get("exact") == "1")
+	if err != nil {
+		return l, asRequestError(err)
+	}
+	l.Count = CountView{c.N, c.Capped}
+	return l, nil
+}
+
+// asRequestError turns the library's filter errors (a JSON path the
+// database cannot parse) into client errors.
+func asRequestError(err error) error {
+	var fe *outbox.FilterError
+	if errors.As(err, &fe) {
+		return &requestError{msg: cleanErr(err)}
+	}
+	return err
+}
+
+// answerErr maps an error to 400 (bad input) or 500.
+func (s *Server) answerErr(w http.ResponseWriter, r *http.Request, err error) {
+	var re *requestError
+	if errors.As(err, &re) {
+		apiError(w, http.StatusBadRequest, "bad_request", re.msg)
+		return
+	}
+	s.internalError(w, r, err)
+}
+
+func (s *Server) apiMessages(w http.ResponseWriter, r *http.Request, _ principal) {
+	t := s.tableOf(w, r)
+	if t == nil {
+		return
+	}
+	l, _, err := s.listNoCount(r, t, "")
+	if err != nil {
+		s.answerErr(w, r, err)
+		return
+	}
+	var next *int64
+	if l.Next != 0 {
+		next = &l.Next
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Messages []MessageView `json:"messages"`
+		Next     *int64        `json:"next_after"`
+	}{l.Rows, next})
+}
+
+// listNoCount is one page of messages without the count (the API has /count).
+func (s *Server) listNoCount(r *http.Request, t *table, force string) (listing, outbox.Filter, error) {
+	q := r.URL.Query()
+	f, err := parseFilter(q, force)
+	if err != nil {
+		return listing{}, f, &requestError{msg: cleanErr(err)}
+	}
+	p, err := parsePage(q)
+	if err != nil {
+		return listing{}, f, err
+	}
+	rows, next, err := t.admin.Messages(r.Context(), f, p)
+	if err != nil {
+		return listing{}, f, asRequestError(err)
+	}
+	out := listing{Rows: make([]MessageView, len(rows)), Next: next}
+	for i, m := range rows {
+		out.Rows[i] = messageView(m)
+	}
+	return out, f, nil
+}
+
+func (s *Server) apiCount(w http.ResponseWriter, r *http.Request, _ principal) {
+	t := s.tableOf(w, r)
+	if t == nil {
+		return
+	}
+	q := r.URL.Query()
+	f, err := parseFilter(q, "")
+	if err != nil {
+		apiError(w, http.StatusBadRequest, "bad_request", cleanErr(err))
+		return
+	}
+	c, err := t.admin.Count(r.Context(), f, q.Get("exact") == "1")
+	if err != nil {
+		s.answerErr(w, r, asRequestError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, CountView{c.N, c.Capped})
+}
+
+func (s *Server) detail(r *http.Request, t *table) (*MessageDetailView, error) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return nil, errorf("%q is not a message id", r.PathValue("id"))
+	}
+	m, err := t.admin.Message(r.Context(), id)
+	if err != nil {
+		return nil, err
+	}
+	return &MessageDetailView{MessageView: messageView(m.MessageSummary), LeaseVersion: m.LeaseVersion, Payload: m.Payload, Headers: m.Headers}, nil
+}
+
+func (s *Server) apiMessage(w http.ResponseWriter, r *http.Request, _ principal) {
+	t := s.tableOf(w, r)
+	if t == nil {
+		return
+	}
+	m, err := s.detail(r, t)
+	if errors.Is(err, outbox.ErrNotFound) {
+		apiError(w, http.StatusNotFound, "not_found", "no message "+r.PathValue("id")+" in "+t.name)
+		return
+	}
+	if err != nil {
+		s.answerErr(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
+}
+
+// listPage is the data of the messages, dead-letter and replay pages.
+type listPage struct {
+	pageData
+	filterForm
+	listing
+	Select                         bool
+	After                          int64
+	NextLink, FirstLink, ExactLink string
+}
+
+// filterForm is what the filter form shows.
+type filterForm struct {
+	Action        string
+	Q             url.Values
+	ShowStatus    bool
+	StatusChoices []statusChoice
+	Err           string
+}
+
+type statusChoice struct {
+	Name string
+	On   bool
+}
+
+func (s *Server) listPage(w http.ResponseWriter, r *http.Request, t *table, base pageData, force string) {
+	q := r.URL.Query()
+	action := "/t/" + url.PathEscape(t.name) + "/" + base.Page
+	data := listPage{pageData: base, filterForm: filterForm{Action: action, Q: q, ShowStatus: force == ""}}
+	on := map[string]bool{}
+	for _, v := range q["status"] {
+		for _, s := range splitComma(v) {
+			on[s] = true
+		}
+	}
+	for _, st := range []string{"pending", "processing", "done", "dead"} {
+		data.StatusChoices = append(data.StatusChoices, statusChoice{st, on[st]})
+	}
+	l, err := s.list(r, t, force)
+	var re *requestError
+	switch {
+	case errors.As(err, &re):
+		w.WriteHeader(http.StatusBadRequest)
+		data.Err = re.msg
+	case err != nil:
+		s.pageError(w, base, http.StatusInternalServerError, cleanErr(err))
+		return
+	}
+	data.listing = l
+	data.After, _ = strconv.ParseInt(q.Get("after"), 10, 64)
+	data.NextLink = withParam(action, q, "after", strconv.FormatInt(l.Next, 10))
+	data.FirstLink = withParam(action, q, "after", "")
+	data.ExactLink = withParam(action, q, "exact", "1")
+	data.Select = force == "dead" && s.cfg.Write
+	s.render(w, base.Page, data)
+}
+
+func withParam(path string, q url.Values, k, v string) string {
+	c := url.Values{}
+	for key, vs := range q {
+		c[key] = append([]string(nil), vs...)
+	}
+	if v == "" {
+		c.Del(k)
+	} else {
+		c.Set(k, v)
+	}
+	if len(c) == 0 {
+		return path
+	}
+	return path + "?" + c.Encode()
+}
+
+func (s *Server) messagesPage(w http.ResponseWriter, r *http.Request, t *table, base pageData) {
+	base.Title, base.Page = "Messages", "messages"
+	s.listPage(w, r, t, base, "")
+}
+
+func (s *Server) deadPage(w http.ResponseWriter, r *http.Request, t *table, base pageData) {
+	base.Title, base.Page = "Dead letters", "dead"
+	s.listPage(w, r, t, base, "dead")
+}
+
+func (s *Server) replayPage(w http.ResponseWriter, r *http.Request, t *table, base pageData) {
+	base.Title, base.Page = "Replay", "replay"
+	s.listPage(w, r, t, base, "done")
+}
+
+func splitComma(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

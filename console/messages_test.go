@@ -1,0 +1,126 @@
+//go:build contract1
+
+package console_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outbox/console"
+)
+
+type messagesBody struct {
+	Messages []console.MessageView `json:"messages"`
+	Next     *int64                `json:"next_after"`
+}
+
+func decode[T any](t *testing.T, r response) T {
+	t.Helper()
+	require.Equal(t, http.StatusOK, r.code, r.body)
+	var v T
+	require.NoError(t, json.Unmarshal([]byte(r.body), &v), r.body)
+	return v
+}
+
+func TestMessagesAPI(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Config{Credentials: console.Credentials{Token: testToken}})
+	b.seed(t, 7, "OrderPaid", "done")
+	b.seed(t, 5, "PaymentFailed", "dead")
+	b.seed(t, 3, "OrderShipped", "pending")
+	c := b.client(t, bearer(testToken))
+	api := "/api/v1/tables/" + b.table
+
+	t.Run("FilterAndKeysetPages", func(t *testing.T) {
+		t.Parallel()
+		var ids []int64
+		path := api + "/messages?status=dead,done&limit=4"
+		for pages := 0; ; pages++ {
+			require.Less(t, pages, 10)
+			body := decode[messagesBody](t, c.get(path))
+			for _, m := range body.Messages {
+				require.Contains(t, []string{"dead", "done"}, m.Status)
+				ids = append(ids, m.ID)
+			}
+			if body.Next == nil {
+				break
+			}
+			path = fmt.Sprintf("%s/messages?status=dead,done&limit=4&after=%d", api, *body.Next)
+		}
+		require.Len(t, ids, 12)
+		require.IsDecreasing(t, ids, "newest first")
+		asc := decode[messagesBody](t, c.get(api+"/messages?order=asc&event_type=PaymentFailed"))
+		require.Len(t, asc.Messages, 5)
+		require.Less(t, asc.Messages[0].ID, asc.Messages[4].ID)
+		require.Equal(t, "sink: 503 upstream timeout", *asc.Messages[0].LastError)
+	})
+	t.Run("Count", func(t *testing.T) {
+		t.Parallel()
+		got := decode[console.CountView](t, c.get(api+"/count?status=dead&error=TIMEOUT"))
+		require.Equal(t, console.CountView{N: 5}, got)
+		got = decode[console.CountView](t, c.get(api+"/count?exact=1"))
+		require.Equal(t, console.CountView{N: 15}, got)
+	})
+	t.Run("Detail", func(t *testing.T) {
+		t.Parallel()
+		list := decode[messagesBody](t, c.get(api+"/messages?status=dead&limit=1"))
+		id := list.Messages[0].ID
+		d := decode[console.MessageDetailView](t, c.get(fmt.Sprintf("%s/messages/%d", api, id)))
+		require.Equal(t, id, d.ID)
+		require.Equal(t, int64(3), d.LeaseVersion)
+		require.JSONEq(t, fmt.Sprintf(`{"n": %d}`, d.AggregateID[0]-'0'), string(d.Payload))
+		r := c.get(api + "/messages/999999")
+		require.Equal(t, http.StatusNotFound, r.code)
+		require.Equal(t, "not_found", errorCode(t, r))
+	})
+	t.Run("BadInputIs400", func(t *testing.T) {
+		t.Parallel()
+		for _, q := range []string{"status=lost", "id_min=abc", "created_after=yesterday", "payload=" + url.QueryEscape("$.a >>> 1"), "limit=0", "limit=501", "order=sideways", "after=-1"} {
+			r := c.get(api + "/messages?" + q)
+			require.Equal(t, http.StatusBadRequest, r.code, q+": "+r.body)
+			require.Equal(t, "bad_request", errorCode(t, r), q)
+		}
+		r := c.get(api + "/messages/abc")
+		require.Equal(t, http.StatusBadRequest, r.code)
+	})
+	t.Run("Pages", func(t *testing.T) {
+		t.Parallel()
+		pc := b.client(t, nil)
+		pc.login(url.Values{"token": {testToken}})
+		for _, p := range []string{"/", "/messages?status=dead", "/dead?event_type=PaymentFailed", "/replay", "/messages?status=lost"} {
+			r := pc.get("/t/" + b.table + p)
+			want := http.StatusOK
+			if p == "/messages?status=lost" {
+				want = http.StatusBadRequest
+			}
+			require.Equal(t, want, r.code, p+": "+r.body)
+		}
+		dead := pc.get("/t/" + b.table + "/dead?event_type=PaymentFailed").body
+		require.Contains(t, dead, `data-n="5"`)
+		require.Contains(t, dead, `value="PaymentFailed"`, "the form keeps the filter")
+	})
+}
+
+func TestCountIsCapped(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Config{Credentials: console.Credentials{Token: testToken}})
+	b.exec(t, `INSERT INTO {{table}} (aggregate_type, aggregate_id, event_type, payload, status, done_at, last_error)
+	           SELECT 'order', g::text, 'PaymentFailed', '{}', 'dead', now(), 'boom' FROM generate_series(1, 10001) AS g`)
+	c := b.client(t, bearer(testToken))
+	api := "/api/v1/tables/" + b.table
+	require.Equal(t, console.CountView{N: 10000, Capped: true}, decode[console.CountView](t, c.get(api+"/count?status=dead")))
+	require.Equal(t, console.CountView{N: 10001}, decode[console.CountView](t, c.get(api+"/count?status=dead&exact=1")))
+	pc := b.client(t, nil)
+	pc.login(url.Values{"token": {testToken}})
+	page := pc.get("/t/" + b.table + "/dead").body
+	require.Contains(t, page, ">10,000+</span>")
+	require.Contains(t, page, `id="exact-count"`)
+	exact := pc.get("/t/" + b.table + "/dead?exact=1").body
+	require.Contains(t, exact, ">10,001</span>")
+	require.NotContains(t, exact, `id="exact-count"`)
+}
