@@ -1,3 +1,5 @@
+//go:build contract2
+
 package console_test
 
 import (

@@ -1,5 +1,3 @@
-//go:build contract1
-
 package console
 
 import (
