@@ -53,7 +53,7 @@ var allClasses = []string{classSinkBadText, classErrorText, classSinkAuth, class
 
 // defaultClasses are drawn by every run unless CHAOS_CLASSES leaves them
 // out.
-var defaultClasses = []string{classSinkBadText, classSinkReject, classErrorText}
+var defaultClasses = []string{classSinkBadText, classSinkReject, classErrorText, classOrderedRun}
 
 type classSet map[string]bool
 
