@@ -79,6 +79,25 @@ func TestCheckerNATS(t *testing.T) {
 		c := h.checkAs(sinkNATS)
 		require.Equal(t, 1, c.UnexplainedDuplicates, "%+v", c.DuplicatesByCause)
 	})
+	t.Run("TakeoverAfterCredentialRevokedIsExplained", func(t *testing.T) {
+		t.Parallel()
+		h := newHistory(false)
+		h.commit(1, "a")
+		h.row(1, "done", 2, "a")
+		h.claim(1, 1, "w0-0", 0)
+		h.deliver(1, 1, "w0-0", answerOK, 5)
+		h.claim(1, 2, "w1-0", 2500)
+		h.deliver(1, 2, "w1-0", answerOK, 2505)
+		h.finalize(1, 2, "w1-0", "done", 2510)
+		// The broker revoked w0's credential (resetting its link) right
+		// after the publish: the PubAck never arrived.
+		h.events = []event{{Kind: faultSinkAuth, Slot: "w0", Owner: "w0-0", Start: h.at(6), End: h.at(2000)}}
+		c := h.checkAs(sinkNATS)
+		require.Zero(t, c.UnexplainedDuplicates, "%+v", c.DuplicatesByCause)
+		require.Equal(t, 1, c.DuplicatesByCause["holder_sink_auth"])
+		// Over HTTP a 401 refuses the request, so it explains no copy.
+		require.Equal(t, 1, h.checkAs("").UnexplainedDuplicates)
+	})
 	// The next lease's publish fell in JetStream's duplicate window: its
 	// PubAck was the dedupe's, and nothing new was stored.
 	deduped := func(gap int) *history {

@@ -367,7 +367,7 @@ func TestCheckerClasses(t *testing.T) {
 	require.NoError(t, err)
 	menu := menuFor(weightedFaults, c, false)
 	for _, w := range menu {
-		require.NotContains(t, []string{faultSinkAuth, faultSinkBadText, faultSinkReject}, w.kind, "a webhook fault in a broker menu")
+		require.NotContains(t, []string{faultSinkBadText, faultSinkReject}, w.kind, "a webhook fault in a broker menu")
 	}
 	require.Contains(t, menu, weightedFault{faultMigrate, 2})
 }

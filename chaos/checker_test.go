@@ -636,6 +636,9 @@ func explain(prev, cur delivery, claimOf map[leaseKey]auditRec, failed map[lease
 			return "holder_" + e.Kind
 		case e.Slot == slotName && (e.Kind == faultSinkCut || e.Kind == faultSinkBlackHole || e.Kind == faultSinkReset):
 			return "holder_" + e.Kind
+		case e.Slot == slotName && e.Kind == faultSinkAuth && cfg.sink == sinkNATS:
+			// The broker reset the link when it revoked the credential.
+			return "holder_" + e.Kind
 		case e.Kind == faultTerminate && (e.Slot == "" || e.Slot == slotName):
 			return "holder_" + e.Kind
 		case e.Kind == faultPGRestart:

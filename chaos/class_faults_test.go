@@ -19,6 +19,40 @@ import (
 	"github.com/outboxd/outbox"
 )
 
+// natsAuthWindow makes the broker refuse the credentials of every worker
+// (or of one slot) for f.dur: their connections are reset and every
+// reconnect meets "Authorization Violation", until the rotation is
+// undone. One event per slot, since each link is its own.
+func (r *run) natsAuthWindow(ctx context.Context, f planned, s *slot) {
+	if !r.authBusy.CompareAndSwap(false, true) {
+		return
+	}
+	slots := []*slot{s}
+	if f.allSlots {
+		slots = r.allSlots()
+	}
+	r.faultWG.Add(1)
+	go func() {
+		defer r.faultWG.Done()
+		defer r.authBusy.Store(false)
+		var evs []int
+		for _, s := range slots {
+			owner := ""
+			if p := s.current(); p != nil {
+				owner = p.owner
+			}
+			evs = append(evs, r.ev.add(event{Kind: faultSinkAuth, Slot: s.name, Owner: owner, Start: time.Now(),
+				Detail: "NATS Authorization Violation"}))
+			s.sinkProxy.RefuseAuth()
+		}
+		sleepCtx(ctx, f.dur)
+		for i, s := range slots {
+			s.sinkProxy.Restore()
+			r.ev.end(evs[i], time.Now())
+		}
+	}()
+}
+
 // authWindow answers every request of every worker (or of one slot) 401 or
 // 403 for f.dur: a credential rotated, then restored.
 func (r *run) authWindow(ctx context.Context, f planned, s *slot) {

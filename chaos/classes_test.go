@@ -24,7 +24,8 @@ const (
 	classErrorText = "error_text"
 	// classSinkAuth: a credential rotated mid-run and restored later: the
 	// webhook answers every request (of every worker, or of one) 401 or
-	// 403 for a window.
+	// 403 for a window; in the NATS variant the worker's broker link is
+	// reset and reconnects meet "Authorization Violation".
 	classSinkAuth = "sink_auth"
 	// classSinkReject: the webhook refuses a few requests of the unordered
 	// table with 422, a permanent refusal of the message: those end dead,
@@ -109,7 +110,7 @@ func menuFor(base []weightedFault, c classSet, httpSink bool) []weightedFault {
 	if httpSink && c.has(classSinkBadText) {
 		out = append(out, weightedFault{faultSinkBadText, 2})
 	}
-	if httpSink && c.has(classSinkAuth) {
+	if c.has(classSinkAuth) {
 		out = append(out, weightedFault{faultSinkAuth, 2})
 	}
 	if httpSink && c.has(classSinkReject) {

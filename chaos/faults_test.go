@@ -270,7 +270,11 @@ func (r *run) inject(ctx context.Context, f planned) {
 	case faultSinkReject:
 		sinkFault(func(sf *sinkFaults, p float64) { sf.pReject = p * 0.2 })
 	case faultSinkAuth:
-		r.authWindow(ctx, f, s)
+		if r.nats != nil {
+			r.natsAuthWindow(ctx, f, s)
+		} else {
+			r.authWindow(ctx, f, s)
+		}
 	case faultMigrate:
 		r.migrateAgain(ctx, f, s)
 	case faultIdleTx:

@@ -3,7 +3,9 @@
 package chaos
 
 import (
+	"bufio"
 	"net"
+	"strings"
 	"sync"
 	"time"
 )
@@ -15,9 +17,12 @@ const (
 	linkUp        linkState = iota
 	linkBlackHole           // connections stay open, nothing is forwarded
 	linkCut                 // connections are reset, new ones refused
+	// linkAuthRefuse: connections are reset, and new ones meet a NATS
+	// server that refuses their credentials, as after a rotation.
+	linkAuthRefuse
 )
 
-func (s linkState) String() string { return [...]string{"up", "black-hole", "cut"}[s] }
+func (s linkState) String() string { return [...]string{"up", "black-hole", "cut", "auth-refuse"}[s] }
 
 // proxy is a TCP proxy on one link (a worker to PostgreSQL, or a worker to
 // the sink) that can black-hole, cut and reset it. Unlike a closed port, a
@@ -61,7 +66,7 @@ func (p *proxy) setState(s linkState) {
 	p.state = s
 	close(p.changed)
 	p.changed = make(chan struct{})
-	if s == linkCut {
+	if s == linkCut || s == linkAuthRefuse {
 		for l := range p.links {
 			l.reset()
 		}
@@ -73,6 +78,10 @@ func (p *proxy) BlackHole() { p.setState(linkBlackHole) }
 
 // Cut resets every open connection and refuses new ones until Restore.
 func (p *proxy) Cut() { p.setState(linkCut) }
+
+// RefuseAuth resets every open connection and answers new ones, as a NATS
+// server, "Authorization Violation" until Restore.
+func (p *proxy) RefuseAuth() { p.setState(linkAuthRefuse) }
 
 // Restore forwards again; black-holed connections resume where they were.
 func (p *proxy) Restore() { p.setState(linkUp) }
@@ -123,7 +132,7 @@ func (p *proxy) waitUp(l *link) bool {
 		p.mu.Lock()
 		st, ch, closed := p.state, p.changed, p.closed
 		p.mu.Unlock()
-		if closed || l.isDead() || st == linkCut {
+		if closed || l.isDead() || st == linkCut || st == linkAuthRefuse {
 			return false
 		}
 		if st == linkUp {
@@ -148,6 +157,15 @@ func (p *proxy) accept() {
 		if p.state == linkCut || p.closed {
 			p.mu.Unlock()
 			l.reset()
+			continue
+		}
+		if p.state == linkAuthRefuse {
+			p.wg.Add(1)
+			p.mu.Unlock()
+			go func() {
+				defer p.wg.Done()
+				refuseNATSAuth(c)
+			}()
 			continue
 		}
 		p.links[l] = struct{}{}
@@ -205,4 +223,27 @@ func (p *proxy) pipe(l *link, dst, src net.Conn, done chan<- struct{}) {
 			return
 		}
 	}
+}
+
+// refuseNATSAuth plays a NATS server that requires credentials and refuses
+// the client's: INFO, then -ERR 'Authorization Violation' after CONNECT.
+func refuseNATSAuth(c net.Conn) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	info := `INFO {"server_id":"chaos-proxy","server_name":"chaos-proxy","version":"2.10.0","proto":1,` +
+		`"headers":true,"max_payload":1048576,"auth_required":true}` + "\r\n"
+	if _, err := c.Write([]byte(info)); err != nil {
+		return
+	}
+	br := bufio.NewReader(c)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return
+		}
+		if strings.HasPrefix(line, "CONNECT") {
+			break
+		}
+	}
+	_, _ = c.Write([]byte("-ERR 'Authorization Violation'\r\n"))
 }
