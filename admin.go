@@ -25,8 +25,10 @@ type DB interface {
 // Admin runs the operator's operations on one outbox table: migrate, status,
 // the dead-letter workflow and purge.
 type Admin struct {
-	db    DB
-	store *store.Store
+	db     DB
+	store  *store.Store
+	logger *slog.Logger
+	pace   pacer // replay's clock, replaced in tests
 }
 
 // NewAdmin returns an Admin for table ("" means "outbox").
@@ -131,11 +133,9 @@ func (a *Admin) deadRetry(ctx context.Context, ids []int64) ([]int64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: dead retry: %w", err)
 	}
-	moved, err := a.store.DeadRetry(ctx, a.db, ids, schema+"."+name)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: dead retry: %w", err)
-	}
-	return moved, nil
+	return a.auditedMove(ctx, AuditDeadRetry, ids, func() ([]int64, error) {
+		return a.store.DeadRetry(ctx, a.db, ids, schema+"."+name)
+	})
 }
 
 // DeadSkip marks dead messages done without delivering them, which unblocks
@@ -144,11 +144,29 @@ func (a *Admin) DeadSkip(ctx context.Context, ids ...int64) ([]int64, error) {
 	if len(ids) == 0 {
 		return nil, errors.New("outbox: dead skip: no ids given")
 	}
-	moved, err := a.store.DeadSkip(ctx, a.db, ids)
+	return a.auditedMove(ctx, AuditDeadSkip, ids, func() ([]int64, error) {
+		return a.store.DeadSkip(ctx, a.db, ids)
+	})
+}
+
+// auditedMove runs one statement that moves ids (nil: every dead row)
+// between an audit row's start and end.
+func (a *Admin) auditedMove(ctx context.Context, action string, ids []int64, move func() ([]int64, error)) ([]int64, error) {
+	entry := AuditEntry{Action: action, Filter: Filter{IDs: ids}.Terms()}
+	auditID, err := a.auditStart(ctx, entry)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: dead skip: %w", err)
+		return nil, err
 	}
-	return moved, nil
+	moved, err := move()
+	if err != nil {
+		err = fmt.Errorf("outbox: %s: %w", label(action), err)
+	}
+	n := int64(len(moved))
+	entry.Count = n
+	if aerr := a.auditEnd(ctx, auditID, entry, &n, err); aerr != nil && err == nil {
+		err = aerr
+	}
+	return moved, err
 }
 
 // PurgeOpts tune [Admin.Purge].

@@ -39,6 +39,7 @@ func setup(t testing.TB) *testBundle {
 	admin, err := outbox.NewAdmin(pool, b.table)
 	require.NoError(t, err)
 	require.NoError(t, admin.Migrate(t.Context()))
+	admin.SetLogger(quietLogger())
 	b.admin = admin
 	return b
 }

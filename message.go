@@ -38,3 +38,20 @@ type Message struct {
 
 // IDString returns ID in decimal, the form sinks put in headers.
 func (m *Message) IDString() string { return strconv.FormatInt(m.ID, 10) }
+
+// Replay returns the name of the replay delivering this message again
+// ([Admin.Replay], header Outbox-Replay), or "" for an ordinary delivery.
+func (m *Message) Replay() string { return m.Headers[ReplayHeader] }
+
+// DedupeKey is the key a deduplication that must let a replay through
+// uses: the id in decimal, or for a replay "ID/replay/NAME". Every delivery
+// of one replay has the same key, so redeliveries of a replay are still
+// deduplicated, but it differs from the original delivery's. Broker-side
+// deduplication (Nats-Msg-Id, Redis IDMP) uses it; the message id itself is
+// unchanged everywhere.
+func (m *Message) DedupeKey() string {
+	if r := m.Replay(); r != "" {
+		return m.IDString() + "/replay/" + r
+	}
+	return m.IDString()
+}

@@ -35,9 +35,10 @@ func (s *Store) AuditInsert(ctx context.Context, db DB, a Audit, finished bool) 
 	return id, translate(err)
 }
 
-// AuditFinish marks the write recorded in row id as ended.
-func (s *Store) AuditFinish(ctx context.Context, db DB, id int64) error {
-	_, err := db.Exec(ctx, s.console.auditFinish, id)
+// AuditFinish marks the write recorded in row id as ended, setting its
+// count unless count is nil (the batches kept it current).
+func (s *Store) AuditFinish(ctx context.Context, db DB, id int64, count *int64) error {
+	_, err := db.Exec(ctx, s.console.auditFinish, id, count)
 	return translate(err)
 }
 

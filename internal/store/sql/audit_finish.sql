@@ -1,3 +1,3 @@
--- AuditFinish: the write ended (completed, failed or cancelled); count was
--- kept current by each batch. $1 audit row.
-UPDATE {{audit}} SET finished_at = now() WHERE id = $1
+-- AuditFinish: the write ended (completed, failed or cancelled). $1 audit
+-- row; $2 its count, or NULL when the batches kept it current.
+UPDATE {{audit}} SET finished_at = now(), count = coalesce($2, count) WHERE id = $1

@@ -1,0 +1,77 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// BreakdownRow counts the messages not done of one event type or aggregate
+// type.
+type BreakdownRow struct {
+	Key                       string
+	Pending, Processing, Dead int64
+}
+
+// BreakdownLimitDefault is how many groups a breakdown returns when asked
+// for 0; BreakdownLimitMax is the most it returns.
+const (
+	BreakdownLimitDefault = 20
+	BreakdownLimitMax     = 1000
+)
+
+// BreakdownByEventType counts pending, processing and dead messages by
+// event type, the largest groups first. It reads only rows not done (a
+// partial index), so it stays cheap however many are done.
+func (a *Admin) BreakdownByEventType(ctx context.Context, limit int) ([]BreakdownRow, error) {
+	return a.breakdown(ctx, "event_type", limit)
+}
+
+// BreakdownByAggregateType is [Admin.BreakdownByEventType] by aggregate type.
+func (a *Admin) BreakdownByAggregateType(ctx context.Context, limit int) ([]BreakdownRow, error) {
+	return a.breakdown(ctx, "aggregate_type", limit)
+}
+
+func (a *Admin) breakdown(ctx context.Context, column string, limit int) ([]BreakdownRow, error) {
+	if limit <= 0 {
+		limit = BreakdownLimitDefault
+	}
+	rows, err := a.store.BreakdownBy(ctx, a.db, column, min(limit, BreakdownLimitMax))
+	if err != nil {
+		return nil, fmt.Errorf("outbox: breakdown by %s: %w", column, err)
+	}
+	out := make([]BreakdownRow, len(rows))
+	for i, r := range rows {
+		out[i] = BreakdownRow(r)
+	}
+	return out, nil
+}
+
+// DispatcherInfo is a dispatcher (lease owner) holding leases.
+type DispatcherInfo struct {
+	Owner string
+	// InFlight is how many messages it holds leased.
+	InFlight int64
+	// LeaseUntil is its latest lease expiry: every claim and heartbeat moves
+	// it to now() + lease, so it is the freshest sign of life. Claim times
+	// are not recorded.
+	LeaseUntil time.Time
+	// Expired counts its leases that have run out (a crashed or stalled
+	// dispatcher); others re-claim them.
+	Expired int64
+}
+
+// Dispatchers returns the owners holding leases, by name, from the
+// processing rows alone (a partial index). A dispatcher holding none is not
+// listed.
+func (a *Admin) Dispatchers(ctx context.Context) ([]DispatcherInfo, error) {
+	rows, err := a.store.Owners(ctx, a.db)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: dispatchers: %w", err)
+	}
+	out := make([]DispatcherInfo, len(rows))
+	for i, r := range rows {
+		out[i] = DispatcherInfo(r)
+	}
+	return out, nil
+}
