@@ -47,6 +47,16 @@
 // its redelivery and retention settings. Days or weeks are typical; the
 // rows are small.
 //
+// # Replays
+//
+// An operator may deliver done messages again (outboxd replay): a replayed
+// delivery keeps its message id and carries header Outbox-Replay with the
+// replay's name. Recorded under the id alone, a replay of a message already
+// applied is a duplicate and is not applied, which suits a replay meant for
+// other receivers (one that lost its data, a new one). To apply replays
+// again, record under [ReplayKey](id, replay): each replay is then applied
+// once, and its own redeliveries are still duplicates.
+//
 // # Usage
 //
 //	ib, err := inbox.New("") // table "outbox_inbox"

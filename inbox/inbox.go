@@ -251,3 +251,16 @@ func (ib *Inbox) Purge(ctx context.Context, db DB, olderThan time.Duration, batc
 		}
 	}
 }
+
+// ReplayKey is the key to record a delivery under when replays
+// (outboxd replay, header Outbox-Replay) must be applied again: messageID
+// for an ordinary delivery, "ID/replay/NAME" for a replay, the same form
+// as outbox.Message.DedupeKey. Every delivery of one replay maps to one key,
+// so a replay is still applied at most once. Record under messageID alone
+// to treat a replay as a duplicate of what was applied before.
+func ReplayKey(messageID, replay string) string {
+	if replay == "" {
+		return messageID
+	}
+	return messageID + "/replay/" + replay
+}

@@ -610,3 +610,17 @@ func TestPurge(t *testing.T) {
 		require.ErrorIs(t, err, context.Canceled)
 	})
 }
+
+func TestReplayKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.Equal(t, "42", inbox.ReplayKey("42", ""))
+	// Recorded under the id alone, a replay of an applied message is a
+	// duplicate; under ReplayKey it is applied once more, and only once.
+	require.True(t, b.apply(t, "billing", inbox.ReplayKey("42", "")))
+	require.False(t, b.apply(t, "billing", "42"))
+	require.True(t, b.apply(t, "billing", inbox.ReplayKey("42", "fix-1")))
+	require.False(t, b.apply(t, "billing", inbox.ReplayKey("42", "fix-1")))
+	require.True(t, b.apply(t, "billing", inbox.ReplayKey("42", "fix-2")))
+	require.Equal(t, []string{"billing/42", "billing/42/replay/fix-1", "billing/42/replay/fix-2"}, b.recorded(t))
+}

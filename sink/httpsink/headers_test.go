@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxd/outbox"
 	"github.com/outboxd/outbox/sink/httpsink"
 	"github.com/outboxd/outbox/webhook"
 )
@@ -176,4 +177,21 @@ func TestPublishSkipsInvalidMessageHeaders(t *testing.T) {
 		"X-Also-Kept!#$&*": {"ok"},
 		"X-Unicode-Value":  {"café"},
 	}, added)
+}
+
+func TestPublishMarksAReplay(t *testing.T) {
+	t.Parallel()
+
+	srv, got := newCapturingServer(t, http.StatusNoContent)
+	s := newSink(t, srv.URL, nil)
+	msg := testMessage(5)
+	msg.Headers = map[string]string{outbox.ReplayHeader: "fix-1", "traceparent": "00-1"}
+	require.NoError(t, publish(t, s, msg))
+	c := <-got
+	require.Equal(t, []string{"fix-1"}, c.header.Values("Outbox-Replay"))
+	require.Equal(t, []string{"5"}, c.header.Values("Idempotency-Key"), "a replay keeps its id")
+	require.Equal(t, []string{"00-1"}, c.header.Values("Traceparent"))
+
+	require.NoError(t, publish(t, s, testMessage(6)))
+	require.Empty(t, (<-got).header.Values("Outbox-Replay"), "an ordinary delivery is not marked")
 }

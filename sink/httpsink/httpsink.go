@@ -228,6 +228,9 @@ func (s *Sink) Publish(ctx context.Context, msg *outbox.Message) error {
 	h.Set("Ce-Time", msg.CreatedAt.UTC().Format(time.RFC3339Nano))
 	h.Set("Outbox-Fencing-Token", strconv.FormatInt(msg.FencingToken, 10))
 	h.Set("Outbox-Attempt", strconv.Itoa(msg.Attempt))
+	if r := msg.Replay(); r != "" {
+		h.Set(sinkutil.HeaderReplay, r)
+	}
 	if s.signer != nil {
 		// Signed at send time, not at CreatedAt: the receiver's replay
 		// window would otherwise reject every retry of an old message.

@@ -499,7 +499,9 @@ var errConnClosed = fmt.Errorf("connection closed before the PubAck arrived: %w"
 func headers(msg *outbox.Message) nats.Header {
 	hs := sinkutil.Headers(msg)
 	h := make(nats.Header, len(hs)+1)
-	h[jetstream.MsgIDHeader] = []string{msg.IDString()}
+	// A replay gets its own key, or the stream would drop it as a
+	// duplicate of the original delivery within its window.
+	h[jetstream.MsgIDHeader] = []string{msg.DedupeKey()}
 	for _, kv := range hs {
 		v := kv.Value
 		switch kv.Key {

@@ -172,6 +172,28 @@ func TestDuplicateIsSuccessAndStoredOnce(t *testing.T) {
 	require.EqualValues(t, 2, streamMsgs(t, js, stream))
 }
 
+// TestReplayIsNotADuplicate replays a delivered message within the dedupe
+// window: the stream keeps the replay (its own Nats-Msg-Id), and still drops
+// a redelivery of the replay.
+func TestReplayIsNotADuplicate(t *testing.T) {
+	t.Parallel()
+	js := admin(t, upstream)
+	prefix, stream := newStream(t, js, nil)
+	s := newSink(t, "nats://"+upstream+"?subject="+prefix+".{event_type}", nil)
+	m := sinktest.NewMessage("a")
+	require.NoError(t, s.Publish(t.Context(), m))
+	replay := *m
+	replay.Headers = map[string]string{outbox.ReplayHeader: "fix-1"}
+	require.NoError(t, s.Publish(t.Context(), &replay))
+	require.NoError(t, s.Publish(t.Context(), &replay))
+
+	raw := newReceiver(js, stream).receiveRaw(t, 3, time.Second)
+	require.Len(t, raw, 2, "the replay is stored once, beside the original")
+	require.Equal(t, m.IDString(), raw[1].Header.Get("Outbox-Id"), "a replay keeps its id")
+	require.Equal(t, "fix-1", raw[1].Header.Get("Outbox-Replay"))
+	require.Equal(t, m.IDString()+"/replay/fix-1", raw[1].Header.Get(jetstream.MsgIDHeader))
+}
+
 func TestNoStreamIsPermanent(t *testing.T) {
 	t.Parallel()
 	s := newSink(t, "nats://"+upstream+"?subject="+uniqueName("nostream")+".x", nil)

@@ -370,7 +370,7 @@ func (s *Sink) xadd(ctx context.Context, key string, msg *outbox.Message) error 
 	idmp := s.idmp == IDMPOn || (s.idmp == IDMPAuto && s.support.Load() != idmpUnsupported)
 	if idmp {
 		a.ProducerID = s.producer
-		a.IdempotentID = msg.IDString()
+		a.IdempotentID = msg.DedupeKey() // a replay is not the original's duplicate
 	}
 	err := s.cmd.XAdd(ctx, a).Err()
 	if err == nil {

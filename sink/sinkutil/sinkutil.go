@@ -22,6 +22,9 @@ const (
 	HeaderFencingToken  = "Outbox-Fencing-Token"
 	HeaderAttempt       = "Outbox-Attempt"
 	HeaderCreatedAt     = "Outbox-Created-At"
+	// HeaderReplay marks a replayed delivery; its value is the replay's
+	// name (outbox.ReplayHeader). Present only on replays.
+	HeaderReplay = outbox.ReplayHeader
 )
 
 // Header is one metadata pair.
@@ -57,7 +60,7 @@ func reserved(name string) bool {
 }
 
 func ownHeaders(m *outbox.Message) []Header {
-	return []Header{
+	hs := []Header{
 		{HeaderID, m.IDString()},
 		{HeaderEventType, m.EventType},
 		{HeaderAggregateType, m.AggregateType},
@@ -66,6 +69,10 @@ func ownHeaders(m *outbox.Message) []Header {
 		{HeaderAttempt, strconv.Itoa(m.Attempt)},
 		{HeaderCreatedAt, m.CreatedAt.UTC().Format("2006-01-02T15:04:05.999999999Z07:00")},
 	}
+	if r := m.Replay(); r != "" {
+		hs = append(hs, Header{HeaderReplay, r})
+	}
+	return hs
 }
 
 // Template is a destination name with placeholders {aggregate_type},

@@ -59,3 +59,13 @@ func TestScrub(t *testing.T) {
 	require.Error(t, err)
 	require.NotContains(t, sinkutil.ParseErrText(err), "s3cret")
 }
+
+func TestHeadersMarkAReplay(t *testing.T) {
+	t.Parallel()
+	m := &outbox.Message{ID: 7, Headers: map[string]string{outbox.ReplayHeader: "fix-1", "traceparent": "00-1"}}
+	hs := sinkutil.Headers(m)
+	require.Equal(t, []sinkutil.Header{{Key: sinkutil.HeaderReplay, Value: "fix-1"}, {Key: "traceparent", Value: "00-1"}}, hs[7:],
+		"the replay marker follows the sink's own headers, once")
+	require.Equal(t, "7/replay/fix-1", m.DedupeKey())
+	require.Equal(t, "7", (&outbox.Message{ID: 7}).DedupeKey())
+}
