@@ -242,8 +242,12 @@ func TestReplay(t *testing.T) {
 			require.Equal(t, "fix-1", m.Replay())
 			require.Equal(t, m.IDString()+"/replay/fix-1", m.DedupeKey())
 		}
-		require.Equal(t, []int64{ids[2], ids[6]}, rec.IDs(), "a replay keeps the message id")
-		require.Equal(t, "00-1", got[1].Headers["traceparent"])
+		require.ElementsMatch(t, []int64{ids[2], ids[6]}, rec.IDs(), "a replay keeps the message id")
+		for _, m := range got {
+			if m.ID == ids[6] {
+				require.Equal(t, "00-1", m.Headers["traceparent"], "the producer's headers are kept")
+			}
+		}
 		require.Equal(t, 2, b.countStatus(t, "done"))
 	})
 
