@@ -216,8 +216,8 @@ func randomConfig(name, tier string, s uint64, c classSet) runConfig {
 	const lease = 3 * time.Second
 	arm := func(slot, inc int) string {
 		// Slots 1 (u1) and 11 (o1) run with heartbeats.
-		fps := classArm(c, s, slot, inc, slot%10 == 1, lease)
-		if base := baseArm(s, slot, inc); base != "" {
+		fps, alone := classArm(c, s, slot, inc, slot%10 == 1, lease)
+		if base := baseArm(s, slot, inc); base != "" && !alone {
 			fps = append([]string{base}, fps...)
 		}
 		return strings.Join(fps, ",")

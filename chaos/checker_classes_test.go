@@ -73,3 +73,33 @@ func overlapsRestart(m event, events []event) bool {
 	}
 	return false
 }
+
+// producerStall is, for each `outboxd migrate` re-run, the longest
+// producer transaction that overlapped it, in milliseconds: what a deploy's
+// migrate costs the application.
+func (r *run) producerStall(events []event) *pctiles {
+	var spans []txSpan
+	for _, g := range r.groups {
+		g.led.mu.Lock()
+		spans = append(spans, g.led.txs...)
+		g.led.mu.Unlock()
+	}
+	var worst []float64
+	for _, e := range events {
+		if e.Kind != faultMigrate {
+			continue
+		}
+		var w time.Duration
+		for _, s := range spans {
+			if !s.end.Before(e.Start) && !s.start.After(e.End) {
+				w = max(w, s.end.Sub(s.start))
+			}
+		}
+		worst = append(worst, float64(w.Milliseconds()))
+	}
+	if len(worst) == 0 {
+		return nil
+	}
+	p := percentiles(worst)
+	return &p
+}

@@ -109,6 +109,7 @@ type report struct {
 	counts
 	MigrateFailures  int                    `json:"migrate_failures"`
 	Migrate          *pctiles               `json:"migrate_seconds,omitempty"`
+	MigrateStall     *pctiles               `json:"migrate_producer_stall_ms,omitempty"`
 	OrderedProbe     map[string]probeResult `json:"ordered_probe,omitempty"`
 	FencedFinalizes  int                    `json:"fenced_finalizes"`
 	Refused          map[string]int         `json:"sink_refusals"`
@@ -233,6 +234,7 @@ func (r *run) check(drainTook time.Duration) (*report, error) {
 	}
 	rep.FencedFinalizes = countInLogs(r.dir, "lost lease: finalize fenced off")
 	rep.MigrateFailures, rep.Migrate = migrateFigures(events)
+	rep.MigrateStall = r.producerStall(events)
 	rep.OrderedProbe = r.probes
 	r.timing(rep, owned, events)
 	return rep, nil

@@ -289,23 +289,22 @@ func (r *run) workerDiedSince(n int) bool {
 
 // classArm draws the failpoints of the enabled failpoint classes for one
 // incarnation: error_text on any worker, publish_hang on those with
-// heartbeats (a hung publish there keeps its lease alive).
-func classArm(c classSet, s uint64, slot, inc int, heartbeat bool, lease time.Duration) []string {
+// heartbeats (a hung publish there keeps its lease alive). alone says the
+// incarnation must not also be armed to crash: a publish hung for good is
+// only a test while its process lives on.
+func classArm(c classSet, s uint64, slot, inc int, heartbeat bool, lease time.Duration) (fps []string, alone bool) {
 	rng := rand.New(rand.NewPCG(s^0xc1a55e5, uint64(slot)<<32|uint64(inc)))
-	var out []string
 	if c.has(classErrorText) && rng.Float64() < 0.6 {
-		out = append(out, fmt.Sprintf("publish-error=error%%%.3f", 0.01+0.04*rng.Float64()))
+		fps = append(fps, fmt.Sprintf("publish-error=error%%%.3f", 0.01+0.04*rng.Float64()))
 	}
-	if c.has(classPublishHang) && heartbeat && (inc == 0 || rng.Float64() < 0.5) {
-		// A first incarnation always hangs for good once, later ones
-		// either way.
-		if inc > 0 && rng.IntN(2) == 0 {
-			d := lease + time.Duration(500+rng.IntN(4000))*time.Millisecond
-			out = append(out, fmt.Sprintf("publish-hang=hang%%0.02:%v", d))
-		} else {
-			// Until the process is killed.
-			out = append(out, fmt.Sprintf("publish-hang=hang@%d:0s", 5+rng.IntN(150)))
-		}
+	if !c.has(classPublishHang) || !heartbeat || inc == 0 || (inc > 1 && rng.Float64() < 0.5) {
+		return fps, false
 	}
-	return out
+	// A second incarnation always hangs for good once; later ones either
+	// way.
+	if inc > 1 && rng.IntN(2) == 0 {
+		d := lease + time.Duration(500+rng.IntN(4000))*time.Millisecond
+		return append(fps, fmt.Sprintf("publish-hang=hang%%0.02:%v", d)), false
+	}
+	return append(fps, fmt.Sprintf("publish-hang=hang@%d:0s", 5+rng.IntN(100))), true
 }

@@ -41,7 +41,11 @@ type ledger struct {
 	// is not a connection fault or a timeout (rejections holds a few).
 	rejected   int
 	rejections []string
+	// txs is when each transaction began and ended, committed or not.
+	txs []txSpan
 }
+
+type txSpan struct{ start, end time.Time }
 
 func newLedger() *ledger {
 	return &ledger{committed: map[int64]prodRec{}, rolledBack: map[int64]prodRec{}, uncertain: map[int64]prodRec{}}
@@ -178,8 +182,12 @@ func (p *producer) run(ctx context.Context, interval time.Duration, count int) {
 			return
 		}
 		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		began := time.Now()
 		err := p.txOnce(tctx)
 		cancel()
+		p.led.mu.Lock()
+		p.led.txs = append(p.led.txs, txSpan{began, time.Now()})
+		p.led.mu.Unlock()
 		if err != nil && ctx.Err() == nil {
 			p.led.mu.Lock()
 			p.led.txErrors++
