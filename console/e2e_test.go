@@ -1,5 +1,3 @@
-//go:build contract2
-
 package console_test
 
 import (
@@ -147,6 +145,6 @@ func TestE2EBrowser(t *testing.T) {
 	err := cmd.Run()
 	require.NoError(t, err, "browser test failed:\n%s\n%s\nconsole log:\n%s", out.String(), errOut.String(), logs.String())
 	t.Log(strings.TrimSpace(out.String()))
-	require.Contains(t, logs.String(), "console: audit")
+	require.Contains(t, logs.String(), "outbox audit")
 	require.NotContains(t, logs.String(), testToken)
 }

@@ -36,14 +36,21 @@ func isPagingKey(k string) bool {
 	return false
 }
 
-// parseFilter reads a filter from query parameters, adding forced statuses
-// (the dead-letter page is always status=dead, replay status=done).
+// parseFilter reads a filter from query parameters. A forced status (the
+// dead-letter page and actions are status=dead, replay status=done) replaces
+// the status asked for, which may only be that one.
 func parseFilter(q url.Values, force string) (outbox.Filter, error) {
-	fq := filterQuery(q)
-	if force != "" {
-		fq.Set("status", force)
+	f, err := outbox.FilterFromQuery(filterQuery(q))
+	if err != nil || force == "" {
+		return f, err
 	}
-	return outbox.FilterFromQuery(fq)
+	for _, st := range f.Status {
+		if st != force {
+			return f, errorf("status=%s: this view and its actions cover %s messages only", st, force)
+		}
+	}
+	f.Status = []string{force}
+	return f, nil
 }
 
 // parsePage reads keyset paging: after (an id), limit (1..500, default 50)

@@ -33,11 +33,14 @@ type BreakdownView struct {
 	Dead       int64  `json:"dead"`
 }
 
-// DispatcherView is a lease owner: its in-flight count and its last claim.
+// DispatcherView is a lease owner: its in-flight count, its latest lease
+// expiry (every claim and heartbeat moves it, so it is the freshest sign of
+// life) and how many of its leases have run out.
 type DispatcherView struct {
-	Owner     string    `json:"owner"`
-	InFlight  int64     `json:"in_flight"`
-	LastClaim time.Time `json:"last_claim"`
+	Owner      string    `json:"owner"`
+	InFlight   int64     `json:"in_flight"`
+	LeaseUntil time.Time `json:"lease_until"`
+	Expired    int64     `json:"expired_leases"`
 }
 
 // breakdownLimit is how many types each breakdown shows.

@@ -92,6 +92,7 @@ func New(db outbox.DB, cfg *Config) (*Server, error) {
 		if _, dup := s.byName[name]; dup {
 			return nil, fmt.Errorf("console: table %q given twice", name)
 		}
+		a.SetLogger(c.Logger) // the library logs each write's audit line
 		t := &table{name: name, admin: a, samples: newRing(c.SampleWindow)}
 		s.tables = append(s.tables, t)
 		s.byName[name] = t

@@ -35,7 +35,7 @@ async function newPage(colorScheme) {
   return page;
 }
 async function shot(page, name) {
-  if (shots) await page.screenshot({ path: path.join(shots, name + '.png'), fullPage: true });
+  if (shots) await page.screenshot({ path: path.join(shots, name + '.png') });
 }
 async function visit(page, url, name) {
   const start = Date.now();

@@ -217,7 +217,7 @@ async function deadAction(b) {
       const ids = scope === 'one' ? [Number(b.dataset.id)] : selected();
       if (!await confirmOrSkip(scope, `${verb} ${ids.length} dead message(s)?`)) return;
       const r = await call('POST', url, { ids });
-      if (result) result.textContent = `${verb}: ${r.moved.length} moved.`;
+      if (result) result.textContent = `${verb}: ${fmt.format(r.count)} moved.`;
       setTimeout(() => location.reload(), scope === 'one' ? 600 : 0);
       return;
     }

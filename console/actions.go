@@ -1,0 +1,163 @@
+package console
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/outboxd/outbox"
+)
+
+// maxIDs is how many ids one retry or skip of a selection may name.
+const maxIDs = 500
+
+type deadRequest struct {
+	IDs    []int64    `json:"ids"`
+	Filter filterBody `json:"filter"`
+	DryRun bool       `json:"dry_run"`
+}
+
+// apiDeadAction retries or skips dead messages: the ids given (at once), or
+// all matching a filter (a dry run answers the count; otherwise a tracked
+// job starts and the answer is 202 with the job).
+func (s *Server) apiDeadAction(action string) apiHandler {
+	return func(w http.ResponseWriter, r *http.Request, p principal) {
+		t := s.tableOf(w, r)
+		if t == nil {
+			return
+		}
+		var req deadRequest
+		if !decodeBody(w, r, &req) {
+			return
+		}
+		switch {
+		case len(req.IDs) > 0 && req.Filter != nil:
+			apiError(w, http.StatusBadRequest, "bad_request", "give ids or a filter, not both")
+		case len(req.IDs) > maxIDs:
+			apiError(w, http.StatusBadRequest, "bad_request", "at most 500 ids at once; use a filter for more")
+		case len(req.IDs) > 0:
+			s.deadIDs(w, r, p, t, action, req)
+		case req.Filter != nil:
+			s.deadMatching(w, r, p, t, action, req)
+		default:
+			apiError(w, http.StatusBadRequest, "bad_request", `give "ids" or a "filter" ({} matches every dead message)`)
+		}
+	}
+}
+
+func (s *Server) bulkFunc(t *table, action string) func(context.Context, outbox.Filter, outbox.BulkOpts) (int64, error) {
+	if action == "retry" {
+		return t.admin.DeadRetryMatching
+	}
+	return t.admin.DeadSkipMatching
+}
+
+// deadIDs retries or skips a selection at once: one fenced, audited bulk
+// action over those ids that are still dead.
+func (s *Server) deadIDs(w http.ResponseWriter, r *http.Request, p principal, t *table, action string, req deadRequest) {
+	if req.DryRun {
+		apiError(w, http.StatusBadRequest, "bad_request", "dry_run goes with a filter; the ids are the preview")
+		return
+	}
+	f := outbox.Filter{Status: []string{"dead"}, IDs: req.IDs}
+	n, err := s.bulkFunc(t, action)(r.Context(), f, outbox.BulkOpts{Actor: p.actor})
+	if err != nil {
+		s.answerErr(w, r, asRequestError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Count int64 `json:"count"`
+	}{n})
+}
+
+func (s *Server) deadMatching(w http.ResponseWriter, r *http.Request, p principal, t *table, action string, req deadRequest) {
+	q, err := req.Filter.values()
+	if err != nil {
+		apiError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	f, err := parseFilter(q, "dead")
+	if err != nil {
+		apiError(w, http.StatusBadRequest, "bad_request", cleanErr(err))
+		return
+	}
+	run := s.bulkFunc(t, action)
+	if req.DryRun {
+		n, err := run(r.Context(), f, outbox.BulkOpts{DryRun: true, Actor: p.actor})
+		if err != nil {
+			s.answerErr(w, r, asRequestError(err))
+			return
+		}
+		writeJSON(w, http.StatusOK, struct {
+			Count int64 `json:"count"`
+		}{n})
+		return
+	}
+	view := JobView{Kind: "dead_" + action, Table: t.name, Actor: p.actor, Filter: f.Terms()}
+	job := s.jobs.start(r.Context(), view, func(ctx context.Context, j *job) (int64, error) {
+		if c, err := t.admin.Count(ctx, f, true); err == nil {
+			j.setTotal(c.N)
+		}
+		return run(ctx, f, outbox.BulkOpts{Actor: p.actor, Progress: j.progress})
+	})
+	writeJSON(w, http.StatusAccepted, struct {
+		Job JobView `json:"job"`
+	}{job})
+}
+
+type replayRequest struct {
+	Name   string     `json:"name"`
+	Rate   float64    `json:"rate"`
+	Filter filterBody `json:"filter"`
+	DryRun bool       `json:"dry_run"`
+}
+
+// apiReplay re-delivers done messages matching a filter, as a tracked job
+// (or answers the count on a dry run).
+func (s *Server) apiReplay(w http.ResponseWriter, r *http.Request, p principal) {
+	t := s.tableOf(w, r)
+	if t == nil {
+		return
+	}
+	var req replayRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if req.Name == "" || req.Rate < 0 {
+		apiError(w, http.StatusBadRequest, "bad_request", `"name" is required and "rate" must not be negative`)
+		return
+	}
+	q, err := req.Filter.values()
+	if err != nil {
+		apiError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	f, err := parseFilter(q, "done")
+	if err != nil {
+		apiError(w, http.StatusBadRequest, "bad_request", cleanErr(err))
+		return
+	}
+	opts := outbox.ReplayOpts{Name: req.Name, Rate: req.Rate, Actor: p.actor}
+	if req.DryRun {
+		opts.DryRun = true
+		n, err := t.admin.Replay(r.Context(), f, opts)
+		if err != nil {
+			s.answerErr(w, r, asRequestError(err))
+			return
+		}
+		writeJSON(w, http.StatusOK, struct {
+			Count int64 `json:"count"`
+		}{n})
+		return
+	}
+	view := JobView{Kind: "replay", Table: t.name, Name: req.Name, Rate: req.Rate, Actor: p.actor, Filter: f.Terms()}
+	job := s.jobs.start(r.Context(), view, func(ctx context.Context, j *job) (int64, error) {
+		if c, err := t.admin.Count(ctx, f, true); err == nil {
+			j.setTotal(c.N)
+		}
+		opts.Progress = j.progress
+		return t.admin.Replay(ctx, f, opts)
+	})
+	writeJSON(w, http.StatusAccepted, struct {
+		Job JobView `json:"job"`
+	}{job})
+}

@@ -1,0 +1,163 @@
+package console_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outbox/console"
+)
+
+type jobBody struct {
+	Job console.JobView `json:"job"`
+}
+
+type countBody struct {
+	Count int64 `json:"count"`
+}
+
+// waitJob polls a job until it leaves the running state.
+func waitJob(t *testing.T, c *client, id string) console.JobView {
+	t.Helper()
+	var j console.JobView
+	require.Eventually(t, func() bool {
+		j = decode[console.JobView](t, c.get("/api/v1/jobs/"+id))
+		return j.State != console.JobRunning
+	}, 30*time.Second, 20*time.Millisecond)
+	return j
+}
+
+func (b *testBundle) countWhere(t *testing.T, where string, args ...any) int {
+	t.Helper()
+	var n int
+	q := "SELECT count(*) FROM " + b.quoted + " WHERE " + where
+	require.NoError(t, b.pool.QueryRow(t.Context(), q, args...).Scan(&n))
+	return n
+}
+
+func TestDeadActions(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Config{Write: true, Credentials: console.Credentials{Token: testToken}})
+	b.seed(t, 1200, "PaymentFailed", "dead")
+	b.seed(t, 10, "EmailBounced", "dead")
+	c := b.client(t, bearer(testToken))
+	api := "/api/v1/tables/" + b.table
+
+	// A selection moves at once; ids not dead are left alone.
+	var ids []int64
+	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT array_agg(id ORDER BY id) FROM (SELECT id FROM "+b.quoted+
+		" WHERE event_type = 'EmailBounced' ORDER BY id LIMIT 3) s").Scan(&ids))
+	r := decode[countBody](t, c.do(http.MethodPost, api+"/dead/skip", map[string]any{"ids": ids[:2]}))
+	require.Equal(t, int64(2), r.Count)
+	r = decode[countBody](t, c.do(http.MethodPost, api+"/dead/retry", map[string]any{"ids": ids}))
+	require.Equal(t, int64(1), r.Count, "two of them are done now")
+	require.Equal(t, 2, b.countWhere(t, "id = ANY($1) AND status = 'done'", ids))
+	require.Equal(t, 1, b.countWhere(t, "id = ANY($1) AND status = 'pending' AND attempts = 0", ids))
+
+	// All matching: a preview, then a tracked job.
+	filter := map[string]any{"event_type": "PaymentFailed", "error": "timeout"}
+	r = decode[countBody](t, c.do(http.MethodPost, api+"/dead/retry", map[string]any{"filter": filter, "dry_run": true}))
+	require.Equal(t, int64(1200), r.Count)
+	require.Equal(t, 1207, b.countWhere(t, "status = 'dead'"), "a dry run changes nothing")
+	resp := c.do(http.MethodPost, api+"/dead/retry", map[string]any{"filter": filter})
+	require.Equal(t, http.StatusAccepted, resp.code, resp.body)
+	job := decode2[jobBody](t, resp).Job
+	require.Equal(t, "dead_retry", job.Kind)
+	require.Equal(t, "token", job.Actor)
+	done := waitJob(t, c, job.ID)
+	require.Equal(t, console.JobDone, done.State, done.Error)
+	require.Equal(t, int64(1200), done.Done)
+	require.Equal(t, int64(1200), done.Total)
+	require.Equal(t, 0, b.countWhere(t, "status = 'dead' AND event_type = 'PaymentFailed'"))
+	require.Equal(t, 7, b.countWhere(t, "status = 'dead'"), "other dead messages untouched")
+
+	// Every write is audited, dry runs included, and the jobs are listed.
+	audit := decode[struct {
+		Entries []console.AuditView `json:"entries"`
+	}](t, c.get(api+"/audit"))
+	require.Len(t, audit.Entries, 4)
+	require.Equal(t, "dead_retry", audit.Entries[0].Action)
+	require.Equal(t, int64(1200), audit.Entries[0].Count)
+	require.Equal(t, "token", audit.Entries[0].Actor)
+	require.True(t, audit.Entries[1].DryRun)
+	require.Contains(t, b.logs.String(), "outbox audit")
+	jobs := decode[struct {
+		Jobs []console.JobView `json:"jobs"`
+	}](t, c.get("/api/v1/jobs"))
+	require.Equal(t, job.ID, jobs.Jobs[0].ID)
+
+	for name, body := range map[string]string{
+		"Both":         `{"ids": [1], "filter": {}}`,
+		"Neither":      `{}`,
+		"UnknownField": `{"filter": {}, "everything": true}`,
+		"BadFilter":    `{"filter": {"status": "lost"}}`,
+		"BadPath":      `{"filter": {"payload": "$.a >>> 1"}, "dry_run": true}`,
+		"NotJSON":      `retry please`,
+	} {
+		resp := c.do(http.MethodPost, api+"/dead/retry", body)
+		require.Equal(t, http.StatusBadRequest, resp.code, name+": "+resp.body)
+	}
+	many := make([]int64, 501)
+	require.Equal(t, http.StatusBadRequest, c.do(http.MethodPost, api+"/dead/retry", map[string]any{"ids": many}).code)
+}
+
+func decode2[T any](t *testing.T, r response) T {
+	t.Helper()
+	r.code = http.StatusOK
+	return decode[T](t, r)
+}
+
+func TestReplayJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Config{Write: true, Credentials: console.Credentials{Token: testToken}})
+	b.seed(t, 40, "OrderPaid", "done")
+	b.seed(t, 5, "OrderShipped", "done")
+	c := b.client(t, bearer(testToken))
+	api := "/api/v1/tables/" + b.table
+	filter := map[string]any{"event_type": "OrderPaid"}
+
+	r := decode[countBody](t, c.do(http.MethodPost, api+"/replay", map[string]any{"name": "fix-1", "filter": filter, "dry_run": true}))
+	require.Equal(t, int64(40), r.Count)
+	resp := c.do(http.MethodPost, api+"/replay", map[string]any{"name": "fix-1", "filter": filter})
+	require.Equal(t, http.StatusAccepted, resp.code, resp.body)
+	done := waitJob(t, c, decode2[jobBody](t, resp).Job.ID)
+	require.Equal(t, console.JobDone, done.State, done.Error)
+	require.Equal(t, int64(40), done.Done)
+	require.Equal(t, 40, b.countWhere(t, "status = 'pending' AND event_type = 'OrderPaid'"))
+	require.Equal(t, 5, b.countWhere(t, "status = 'done'"))
+
+	// A slow replay is cancelled between batches; what moved stays moved.
+	b.seed(t, 200, "InvoiceIssued", "done")
+	resp = c.do(http.MethodPost, api+"/replay", map[string]any{"name": "slow", "rate": 20, "filter": map[string]any{"event_type": "InvoiceIssued"}})
+	require.Equal(t, http.StatusAccepted, resp.code, resp.body)
+	id := decode2[jobBody](t, resp).Job.ID
+	cancelled := c.do(http.MethodPost, "/api/v1/jobs/"+id+"/cancel", nil)
+	require.Equal(t, http.StatusAccepted, cancelled.code, cancelled.body)
+	j := waitJob(t, c, id)
+	require.Equal(t, console.JobCancelled, j.State)
+	require.Less(t, j.Done, int64(200))
+	require.Equal(t, int(j.Done), b.countWhere(t, "status = 'pending' AND event_type = 'InvoiceIssued'"))
+
+	require.Equal(t, http.StatusBadRequest, c.do(http.MethodPost, api+"/replay", map[string]any{"filter": filter}).code, "no name")
+	require.Equal(t, http.StatusBadRequest, c.do(http.MethodPost, api+"/replay", map[string]any{"name": "x", "rate": -1, "filter": filter}).code)
+	require.Equal(t, http.StatusNotFound, c.do(http.MethodPost, "/api/v1/jobs/999/cancel", nil).code)
+}
+
+func TestAuditPage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Config{Write: true, Credentials: console.Credentials{User: "ops", Password: "pw"}})
+	b.seed(t, 3, "PaymentFailed", "dead")
+	c := b.client(t, nil)
+	tok := c.login(url.Values{"user": {"ops"}, "password": {"pw"}})
+	resp := c.do(http.MethodPost, "/api/v1/tables/"+b.table+"/dead/retry", map[string]any{"filter": map[string]any{}, "dry_run": true},
+		func(r *http.Request) { r.Header.Set(console.CSRFHeader, tok) })
+	require.Equal(t, http.StatusOK, resp.code, resp.body)
+	page := c.get("/t/" + b.table + "/audit")
+	require.Equal(t, http.StatusOK, page.code)
+	require.Contains(t, page.body, "<td>ops</td><td>dead_retry</td>")
+	require.Contains(t, page.body, fmt.Sprintf(`<td class="num">%d</td><td>yes</td>`, 3))
+}
