@@ -82,14 +82,23 @@ func (a *Admin) DeadSkipMatching(ctx context.Context, f Filter, o BulkOpts) (int
 // [Admin.DeadRetryMatching]'s. It returns how many it replayed.
 func (a *Admin) Replay(ctx context.Context, f Filter, o ReplayOpts) (int64, error) {
 	if !replayName.MatchString(o.Name) {
-		return 0, fmt.Errorf("outbox: replay: name %q must be 1 to 100 letters, digits, '.', '_', ':' or '-', starting with a letter or digit", o.Name)
+		return 0, &ReplayOptsError{Field: "Name", Reason: fmt.Sprintf("%q must be 1 to 100 letters, digits, "+
+			"'.', '_', ':' or '-', starting with a letter or digit", o.Name)}
 	}
 	if o.Rate < 0 || math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0) {
-		return 0, fmt.Errorf("outbox: replay: rate must be a positive number of messages per second or 0, got %v", o.Rate)
+		return 0, &ReplayOptsError{Field: "Rate", Reason: fmt.Sprintf("must be messages per second or 0 (unlimited), got %v", o.Rate)}
 	}
 	return a.bulk(ctx, store.ActionReplay, "done", f, bulkRun{dryRun: o.DryRun, actor: o.Actor, name: o.Name,
 		rate: o.Rate, batch: o.BatchSize, progress: o.Progress})
 }
+
+// ReplayOptsError reports [ReplayOpts] a replay cannot run with.
+type ReplayOptsError struct {
+	Field  string // Name or Rate
+	Reason string
+}
+
+func (e *ReplayOptsError) Error() string { return "outbox: replay: " + e.Field + " " + e.Reason }
 
 type bulkRun struct {
 	dryRun   bool

@@ -220,7 +220,8 @@ func watchStatus(ctx context.Context, e *env, a *outbox.Admin, table string, int
 func runDead(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprintln(e.stdout, "Usage: outboxd dead list [--json] [--limit N] [--after ID] | dead show ID [--json] | dead retry --all|ID... | dead skip ID...")
+			fmt.Fprintln(e.stdout, "Usage: outboxd dead list [--json] [--limit N] [--after ID] | dead show ID [--json] | "+
+				"dead retry --all|ID...|--filter TERM... [--dry-run] | dead skip ID...|--filter TERM... [--dry-run]")
 			return nil
 		}
 		return usagef("dead: want a subcommand: list, show, retry or skip")
@@ -348,14 +349,20 @@ func runDeadShow(ctx context.Context, e *env, args []string) error {
 }
 
 func runDeadMove(ctx context.Context, e *env, verb string, args []string) error {
-	var db dbFlags
-	var all bool
-	synopsis := "dead skip ID..."
+	var (
+		db      dbFlags
+		all     bool
+		dryRun  bool
+		filters filterFlags
+	)
+	synopsis := "dead skip ID...|--filter TERM... [--dry-run]"
 	if verb == "retry" {
-		synopsis = "dead retry --all|ID..."
+		synopsis = "dead retry --all|ID...|--filter TERM... [--dry-run]"
 	}
 	fs := newFlagSet(e, "dead "+verb, synopsis)
 	db.register(fs)
+	filters.register(fs)
+	fs.BoolVar(&dryRun, "dry-run", false, "count the dead messages that would move; change nothing")
 	if verb == "retry" {
 		fs.BoolVar(&all, "all", false, "retry every dead message")
 	}
@@ -367,16 +374,24 @@ func runDeadMove(ctx context.Context, e *env, verb string, args []string) error 
 		return err
 	}
 	switch {
-	case all && len(ids) > 0:
-		return usagef("dead retry: give --all or ids, not both")
-	case !all && len(ids) == 0:
-		return usagef("dead %s: no ids given", verb)
+	case all && len(ids) > 0, all && len(filters) > 0, len(ids) > 0 && len(filters) > 0:
+		return usagef("dead %s: give one of --all, ids or --filter", verb)
+	case !all && len(ids) == 0 && len(filters) == 0:
+		return usagef("dead %s: no ids given (or --filter, or --all)", verb)
+	case len(filters) > 0 || dryRun:
+		f, err := filters.parse()
+		if err != nil {
+			return err
+		}
+		f.IDs = ids
+		return runDeadMatching(ctx, e, db, verb, f, dryRun)
 	}
 	a, pool, err := db.admin(ctx, e)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	quietAdmin(a)
 	var moved []int64
 	switch {
 	case all:

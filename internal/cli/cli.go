@@ -44,6 +44,7 @@ func commands() []command {
 		{"run", "relay messages to a sink until stopped (or drained)", runRun},
 		{"status", "show counts by status, oldest pending age, expired leases, attempts", runStatus},
 		{"dead", "list, retry or skip dead messages (dead list|retry|skip)", runDead},
+		{"replay", "deliver done messages matching --filter again, marked Outbox-Replay (--dry-run, --rate)", runReplay},
 		{"purge", "delete done messages older than a duration, in batches", runPurge},
 		{"console", "serve the web console and its JSON API (--addr, default 127.0.0.1:8080)", runConsole},
 		{"config", "check a config file and print the effective configuration (config check)", runConfig},

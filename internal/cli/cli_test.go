@@ -56,6 +56,9 @@ func TestCLI(t *testing.T) {
 		{"Status", testStatus},
 		{"Dead", testDead},
 		{"Purge", testPurge},
+		{"DeadFilter", testDeadFilter},
+		{"Replay", testReplay},
+		{"BulkBadInput", testBulkBadInput},
 		{"BadInput", testBadInput},
 		{"HostileTableNames", testHostileTable},
 		{"HelpAndVersion", testHelp},
@@ -975,7 +978,7 @@ func testHelp(t *testing.T, bin string) {
 	env := envWith("")
 	r := runBin(t, bin, env, nil, "help")
 	requireOK(t, r)
-	commands := []string{"migrate", "enqueue", "run", "status", "dead", "purge", "config", "demo", "bench", "version"}
+	commands := []string{"migrate", "enqueue", "run", "status", "dead", "replay", "purge", "config", "demo", "bench", "version"}
 	for _, name := range commands {
 		require.Regexp(t, `(?m)^\s+`+name+`\s`, r.stdout)
 	}

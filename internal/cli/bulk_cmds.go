@@ -1,0 +1,158 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/user"
+	"strings"
+	"time"
+
+	"github.com/outboxd/outbox"
+)
+
+// filterFlags is a repeatable --filter: one term each (outbox.ParseFilter).
+type filterFlags []string
+
+func (f *filterFlags) String() string     { return strings.Join(*f, " ") }
+func (f *filterFlags) Set(s string) error { *f = append(*f, s); return nil }
+
+func (f *filterFlags) register(fs *flag.FlagSet) {
+	fs.Var(f, "filter", "a filter term, repeatable: status=dead, event_type=E, aggregate_type=T, aggregate_id=ID, "+
+		"id=1,2, id>=N, id<=N, created_at>=TIME, created_at<TIME, error~TEXT, payload=PATH, header=PATH")
+}
+
+// parse returns the filter, or a usage error naming the bad term.
+func (f filterFlags) parse() (outbox.Filter, error) {
+	flt, err := outbox.ParseFilter(f)
+	if err != nil {
+		return outbox.Filter{}, usagef("--filter: %v", err)
+	}
+	return flt, nil
+}
+
+// bulkErr makes a filter the database refused (a bad JSON path) a usage
+// error, like a term ParseFilter refused; nothing was written.
+func bulkErr(err error) error {
+	var fe *outbox.FilterError
+	if errors.As(err, &fe) {
+		return usagef("--filter: %v", fe)
+	}
+	return cleanErr(err)
+}
+
+// actor names who runs a CLI write in the audit table: cli:<login>.
+func actor(e *env) string {
+	name := e.getenv("USER")
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	if name == "" {
+		name = "unknown"
+	}
+	return "cli:" + name
+}
+
+// quietAdmin drops the library's audit log lines: the command's own output
+// line is the record on the terminal, the audit row the one in the table.
+func quietAdmin(a *outbox.Admin) *outbox.Admin {
+	a.SetLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return a
+}
+
+// countLine is the one line a filtered bulk command prints.
+func countLine(verb, past string, dryRun bool, n int64) string {
+	if dryRun {
+		return fmt.Sprintf("would %s %d messages", verb, n)
+	}
+	return fmt.Sprintf("%s %d messages", past, n)
+}
+
+// progress reports a long bulk action on stderr, at most once a second.
+func progress(e *env, past string) func(int64) {
+	var last time.Time
+	return func(done int64) {
+		if time.Since(last) >= time.Second {
+			last = time.Now()
+			fmt.Fprintf(e.stderr, "%s %d...\n", past, done)
+		}
+	}
+}
+
+func runReplay(ctx context.Context, e *env, args []string) error {
+	var (
+		db      dbFlags
+		filters filterFlags
+		name    string
+		dryRun  bool
+		rate    float64
+	)
+	fs := newFlagSet(e, "replay", "replay --filter TERM [--filter TERM...] [--name NAME] [--dry-run] [--rate N]")
+	db.register(fs)
+	filters.register(fs)
+	fs.StringVar(&name, "name", "", "the replay's name, sent as header Outbox-Replay (default replay-<UTC time>)")
+	fs.BoolVar(&dryRun, "dry-run", false, "count the done messages that would be replayed; change nothing")
+	fs.Float64Var(&rate, "rate", 0, "at most this many messages per second (0: unlimited)")
+	if err := parseLayered(e, fs, &db, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	if len(filters) == 0 {
+		return usagef("replay: give at least one --filter (--filter status=done replays every done message)")
+	}
+	f, err := filters.parse()
+	if err != nil {
+		return err
+	}
+	if rate < 0 {
+		return usagef("--rate must not be negative")
+	}
+	if name == "" {
+		name = "replay-" + time.Now().UTC().Format("20060102T150405Z")
+	}
+	a, pool, err := db.admin(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	n, err := quietAdmin(a).Replay(ctx, f, outbox.ReplayOpts{Name: name, Rate: rate, DryRun: dryRun,
+		Actor: actor(e), Progress: progress(e, "replayed")})
+	var oe *outbox.ReplayOptsError
+	if errors.As(err, &oe) {
+		return usagef("--%s %s", strings.ToLower(oe.Field), oe.Reason)
+	}
+	if err != nil {
+		return bulkErr(err)
+	}
+	fmt.Fprintln(e.stdout, countLine("replay", "replayed", dryRun, n))
+	return nil
+}
+
+// runDeadMatching runs dead retry or skip over a filter (or, with ids or
+// --all and --dry-run, over those): one count line.
+func runDeadMatching(ctx context.Context, e *env, db dbFlags, verb string, f outbox.Filter, dryRun bool) error {
+	a, pool, err := db.admin(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	quietAdmin(a)
+	past := map[string]string{"retry": "retried", "skip": "skipped"}[verb]
+	o := outbox.BulkOpts{DryRun: dryRun, Actor: actor(e), Progress: progress(e, past)}
+	var n int64
+	if verb == "retry" {
+		n, err = a.DeadRetryMatching(ctx, f, o)
+	} else {
+		n, err = a.DeadSkipMatching(ctx, f, o)
+	}
+	if err != nil {
+		return bulkErr(err)
+	}
+	fmt.Fprintln(e.stdout, countLine(verb, past, dryRun, n))
+	return nil
+}
