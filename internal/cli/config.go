@@ -219,7 +219,7 @@ func applyLayers(fs *flag.FlagSet, file *configFile, getenv func(string) string)
 	sources := map[string]source{}
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if err != nil || f.Name == "config" {
+		if err != nil || f.Name == "config" || f.Name == connectFlag {
 			return
 		}
 		switch {

@@ -13,12 +13,13 @@ import (
 func runConfig(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 || args[0] != "check" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprintln(e.stdout, "Usage: outboxd config check [--config FILE] [run flags]")
+			fmt.Fprintln(e.stdout, "Usage: outboxd config check [--connect] [--config FILE] [run flags]")
 			return nil
 		}
 		return usagef("config: want a subcommand: check")
 	}
-	s := newRunSetup(e, "config check", "config check [--config FILE] [run flags]")
+	s := newRunSetup(e, "config check", "config check [--connect] [--config FILE] [run flags]")
+	connect := s.fs.Bool(connectFlag, false, "also connect: check the database, the table, the role's grants and every sink")
 	if err := s.parse(e, args[1:]); err != nil {
 		return err
 	}
@@ -52,7 +53,7 @@ func runConfig(ctx context.Context, e *env, args []string) error {
 	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "SETTING\tVALUE\tFROM")
 	s.fs.VisitAll(func(f *flag.Flag) {
-		if f.Name == "config" || f.Name == "route" {
+		if f.Name == "config" || f.Name == "route" || f.Name == connectFlag {
 			return
 		}
 		value := f.Value.String()
@@ -84,8 +85,15 @@ func runConfig(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	fmt.Fprintln(e.stdout, "configuration is valid")
+	if *connect {
+		return runConnectChecks(ctx, e, s)
+	}
 	return nil
 }
+
+// connectFlag is config check's own flag: not a setting, so it is neither
+// read from the file or the environment nor listed.
+const connectFlag = "connect"
 
 func patterns(p []string) string {
 	if len(p) == 0 {

@@ -153,7 +153,7 @@ func (s *runSetup) parse(e *env, args []string) error {
 	}
 	var file *configFile
 	if s.db.config != "" {
-		known := func(k string) bool { return k != "config" && k != "route" && s.fs.Lookup(k) != nil }
+		known := func(k string) bool { return k != "config" && k != "route" && k != connectFlag && s.fs.Lookup(k) != nil }
 		f, err := loadConfigFile(s.db.config, known)
 		if err != nil {
 			return err

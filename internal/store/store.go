@@ -41,7 +41,7 @@ type Store struct {
 	status, deadList, deadRetry, deadSkip, purge, undelivered string
 	migrate                                                   string
 	types, heartbeat                                          string
-	gauges                                                    string
+	gauges, access                                            string
 	seed                                                      SeedStatements
 	console                                                   consoleSQL
 }
@@ -94,6 +94,7 @@ func New(table string) (*Store, error) {
 		types:        load("sql/undelivered_types.sql"),
 		heartbeat:    load("sql/heartbeat.sql"),
 		gauges:       load("sql/gauges.sql"),
+		access:       load("sql/access.sql"),
 		migrate:      r.Replace(migrate),
 		console:      loadConsole(load),
 		seed: SeedStatements{

@@ -144,8 +144,20 @@ func New(rawURL string, opts *Options) (*Sink, error) {
 	if opts.Logger != nil {
 		kopts = append(kopts, kgo.WithLogger(slogLogger{opts.Logger}))
 	}
+	kopts = append(kopts, connOpts(c, opts)...)
+	client, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafkasink: %w", err)
+	}
+	return &Sink{auth: auth, client: client, createTopics: c.createTopics, topic: c.topic}, nil
+}
+
+// connOpts are the client options that decide how it reaches and
+// authenticates to the brokers: SASL, TLS and the dialer.
+func connOpts(c *config, opts *Options) []kgo.Opt {
+	var o []kgo.Opt
 	if m := saslMechanism(c); m != nil {
-		kopts = append(kopts, kgo.SASL(m))
+		o = append(o, kgo.SASL(m))
 	}
 	tlsCfg := opts.TLSConfig
 	if tlsCfg == nil && c.tls {
@@ -153,17 +165,13 @@ func New(rawURL string, opts *Options) (*Sink, error) {
 	}
 	switch {
 	case opts.Dialer != nil && tlsCfg != nil:
-		kopts = append(kopts, kgo.Dialer(tlsOver(opts.Dialer, tlsCfg)))
+		o = append(o, kgo.Dialer(tlsOver(opts.Dialer, tlsCfg)))
 	case opts.Dialer != nil:
-		kopts = append(kopts, kgo.Dialer(opts.Dialer))
+		o = append(o, kgo.Dialer(opts.Dialer))
 	case tlsCfg != nil:
-		kopts = append(kopts, kgo.DialTLSConfig(tlsCfg))
+		o = append(o, kgo.DialTLSConfig(tlsCfg))
 	}
-	client, err := kgo.NewClient(kopts...)
-	if err != nil {
-		return nil, fmt.Errorf("kafkasink: %w", err)
-	}
-	return &Sink{auth: auth, client: client, createTopics: c.createTopics, topic: c.topic}, nil
+	return o
 }
 
 func saslMechanism(c *config) sasl.Mechanism {

@@ -1,0 +1,123 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxd/outbox/sink/amqpsink"
+	"github.com/outboxd/outbox/sink/httpsink"
+	"github.com/outboxd/outbox/sink/kafkasink"
+	"github.com/outboxd/outbox/sink/mqttsink"
+	"github.com/outboxd/outbox/sink/natssink"
+	"github.com/outboxd/outbox/sink/redissink"
+	"github.com/outboxd/outbox/sink/sinkutil"
+)
+
+// sinkProbes maps a sink URL scheme to its package's connectivity check.
+// Schemes without one (stdout, null) have nothing to connect to.
+var sinkProbes = map[string]func(ctx context.Context, rawURL string) []sinkutil.Check{
+	"http":     httpsink.Check,
+	"https":    httpsink.Check,
+	"nats":     natssink.Check,
+	"nats+tls": natssink.Check,
+	"amqp":     amqpsink.Check,
+	"amqps":    amqpsink.Check,
+	"kafka":    kafkasink.Check,
+	"redis":    redissink.Check,
+	"rediss":   redissink.Check,
+	"mqtt":     mqttsink.Check,
+	"mqtts":    mqttsink.Check,
+}
+
+// probeTimeout bounds the checks of one sink.
+const probeTimeout = 15 * time.Second
+
+// checkLine is one line of `config check --connect`.
+type checkLine struct {
+	subject string // "database", "table app.outbox", "sink URL"
+	sinkutil.Check
+}
+
+// runConnectChecks connects to the database and every sink the
+// configuration names, prints one line per check, and fails naming the
+// checks that failed.
+func runConnectChecks(ctx context.Context, e *env, s *runSetup) error {
+	fmt.Fprintln(e.stdout, "connection checks:")
+	var failed []string
+	emit := func(l checkLine) {
+		fmt.Fprintln(e.stdout, formatCheck(l))
+		if l.Err != nil {
+			failed = append(failed, l.subject+": "+l.What)
+		}
+	}
+	for _, l := range databaseChecks(ctx, e, s) {
+		emit(l)
+	}
+	for _, u := range s.sinkURLs() {
+		subject := "sink " + maskSecret("sink", u)
+		probe := sinkProbes[mustScheme(u)]
+		if probe == nil {
+			emit(checkLine{subject, sinkutil.Passed("nothing to connect to", "")})
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		for _, c := range probe(pctx, bareScheme(u)) {
+			emit(checkLine{subject, c})
+		}
+		cancel()
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("config check --connect: %d failed: %s", len(failed), strings.Join(failed, "; "))
+	}
+	fmt.Fprintln(e.stdout, "every connection check passed")
+	return nil
+}
+
+func formatCheck(l checkLine) string {
+	if l.Err != nil {
+		msg := strings.Join(strings.Fields(l.Err.Error()), " ")
+		return fmt.Sprintf("  FAIL  %s: %s: %s; fix: %s", l.subject, l.What, msg, l.Fix)
+	}
+	if l.Note != "" {
+		return fmt.Sprintf("  ok    %s: %s (%s)", l.subject, l.What, l.Note)
+	}
+	return fmt.Sprintf("  ok    %s: %s", l.subject, l.What)
+}
+
+// sinkURLs lists every distinct sink URL the configuration uses, routes
+// first, then the default.
+func (s *runSetup) sinkURLs() []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(u string) {
+		if !seen[u] {
+			seen[u] = true
+			out = append(out, u)
+		}
+	}
+	for _, r := range s.allRoutes() {
+		add(r.Sink)
+	}
+	if s.hasDefaultSink() {
+		add(s.rf.sink)
+	}
+	return out
+}
+
+// mustScheme returns the scheme of a URL config check has already
+// validated.
+func mustScheme(u string) string {
+	scheme, _ := parseSinkURL(u)
+	return scheme
+}
+
+// quoteTable is the table's name as SQL would write it, for fix hints.
+func quoteTable(table, suffix string) string {
+	parts := strings.SplitN(table, ".", 2)
+	parts[len(parts)-1] += suffix
+	return pgx.Identifier(parts).Sanitize()
+}

@@ -1,0 +1,94 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/sink/sinkutil"
+)
+
+// databaseChecks reports, in order: the server is reachable and new
+// enough; the table exists with every migration applied; the role holds
+// the grants the dispatcher needs; LISTEN works. A check whose
+// precondition failed is left out.
+func databaseChecks(ctx context.Context, e *env, s *runSetup) []checkLine {
+	table := s.db.table
+	db := func(c sinkutil.Check) checkLine { return checkLine{"database", c} }
+	tbl := func(c sinkutil.Check) checkLine { return checkLine{"table " + table, c} }
+	a, pool, err := s.db.admin(ctx, e)
+	if err != nil {
+		return []checkLine{db(sinkutil.Failed("reachable", err,
+			"correct --dsn / OUTBOX_DSN (host, port, database, user, password) or start the server"))}
+	}
+	defer pool.Close()
+	opts := &outbox.AccessOpts{NoNotify: s.rf.noNotify, Retention: s.retention > 0}
+	acc, err := a.CheckAccess(ctx, opts)
+	if err != nil {
+		return []checkLine{db(sinkutil.Failed("reachable", cleanErr(err), "check the server's logs"))}
+	}
+	version := fmt.Sprintf("PostgreSQL %d.%d, role %q", acc.ServerVersion/10000, acc.ServerVersion%10000, acc.Role)
+	lines := []checkLine{db(sinkutil.Passed("reachable", version))}
+	if acc.ServerVersion < outbox.MinServerVersion {
+		return append(lines, db(sinkutil.Failed("server version supported",
+			fmt.Errorf("PostgreSQL %d is older than 11", acc.ServerVersion/10000), "upgrade the server to PostgreSQL 11 or later")))
+	}
+	migrate := "run `outboxd migrate` with the same --dsn and --table (or --config), as a role that may create tables"
+	switch {
+	case !acc.TableExists:
+		return append(lines, tbl(sinkutil.Failed("present", errors.New("the table does not exist (or the role may not see its schema)"), migrate)))
+	case len(acc.Missing) > 0:
+		return append(lines, tbl(sinkutil.Failed("current",
+			fmt.Errorf("created by an older version: no %s", strings.Join(acc.Missing, ", ")), migrate)))
+	}
+	lines = append(lines, tbl(sinkutil.Passed("present and current", "every migration applied")))
+	lines = append(lines, grantLine(table, acc, opts))
+	if !opts.NoNotify {
+		if acc.ListenErr != nil {
+			lines = append(lines, db(sinkutil.Failed("LISTEN on the wake-up channel", cleanErr(acc.ListenErr),
+				"connect outboxd to the server directly or through session pooling, or run with --no-notify (polls only)")))
+		} else {
+			lines = append(lines, db(sinkutil.Passed("LISTEN on the wake-up channel", "")))
+		}
+	}
+	return lines
+}
+
+// grantLine reports the privileges the dispatcher needs, with the GRANT
+// statements that would supply the missing ones.
+func grantLine(table string, acc *outbox.Access, opts *outbox.AccessOpts) checkLine {
+	tablePrivs, waiterPrivs := opts.Privileges()
+	what := "grants: " + strings.Join(tablePrivs, ", ") + " on the table"
+	if len(waiterPrivs) > 0 {
+		what += "; " + strings.Join(waiterPrivs, ", ") + " on " + table + "_waiters"
+	}
+	role := quoteRole(acc.Role)
+	var missing, fixes []string
+	if !acc.SchemaUsage {
+		schema := "its schema"
+		if i := strings.IndexByte(table, '.'); i >= 0 {
+			schema = quoteRole(table[:i])
+		}
+		missing = append(missing, "USAGE on the schema")
+		fixes = append(fixes, fmt.Sprintf("GRANT USAGE ON SCHEMA %s TO %s;", schema, role))
+	}
+	if len(acc.MissingTable) > 0 {
+		missing = append(missing, strings.Join(acc.MissingTable, ", ")+" on "+table)
+		fixes = append(fixes, fmt.Sprintf("GRANT %s ON %s TO %s;", strings.Join(acc.MissingTable, ", "), quoteTable(table, ""), role))
+	}
+	if len(acc.MissingWaiters) > 0 {
+		missing = append(missing, strings.Join(acc.MissingWaiters, ", ")+" on "+table+"_waiters")
+		fixes = append(fixes, fmt.Sprintf("GRANT %s ON %s TO %s;", strings.Join(acc.MissingWaiters, ", "), quoteTable(table, "_waiters"), role))
+	}
+	if len(missing) == 0 {
+		return checkLine{"role " + acc.Role, sinkutil.Passed(what, "")}
+	}
+	return checkLine{"role " + acc.Role, sinkutil.Failed(what, fmt.Errorf("lacks %s", strings.Join(missing, "; ")),
+		"as the table's owner: "+strings.Join(fixes, " "))}
+}
+
+func quoteRole(name string) string { return pgx.Identifier{name}.Sanitize() }

@@ -1,0 +1,55 @@
+package store
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Access is what the catalogs say about the table and the connected role.
+type Access struct {
+	Role string
+	// ServerVersion is server_version_num, e.g. 150020 for 15.20.
+	ServerVersion int
+	TableExists   bool
+	HeadersColumn bool
+	WaitersExists bool
+	WakeTrigger   bool
+	// SchemaUsage is whether the role may use the table's schema; false
+	// when the table does not exist.
+	SchemaUsage bool
+	// MissingTable and MissingWaiters are the asked-for privileges the role
+	// lacks on each table; nil when that table does not exist.
+	MissingTable, MissingWaiters []string
+}
+
+// Access reads the table's migration state and the role's privileges:
+// tablePrivs on the table and waiterPrivs on the waiters table.
+func (s *Store) Access(ctx context.Context, db DB, tablePrivs, waiterPrivs []string) (*Access, error) {
+	var a Access
+	var usage *bool
+	err := db.QueryRow(ctx, s.access, s.Table.ident(""), s.Table.ident("_waiters"), s.Table.Name+"_wake",
+		tablePrivs, waiterPrivs, s.Table.Schema, s.Table.Name).Scan(&a.Role, &a.ServerVersion, &a.TableExists, &a.HeadersColumn,
+		&a.WaitersExists, &a.WakeTrigger, &usage, &a.MissingTable, &a.MissingWaiters)
+	if err != nil {
+		return nil, translate(err)
+	}
+	a.SchemaUsage = usage != nil && *usage
+	return &a, nil
+}
+
+// CheckListen runs LISTEN on the table's wake-up channel inside a
+// transaction that is rolled back, so nothing stays registered: it shows
+// that the connection carries LISTEN at all. channel is "schema.name" as
+// Resolve returns it.
+func (s *Store) CheckListen(ctx context.Context, db interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}, channel string) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return translate(err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // the rollback is the point
+	_, err = tx.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize())
+	return translate(err)
+}

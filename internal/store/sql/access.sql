@@ -1,0 +1,40 @@
+-- Access: what `outboxd config check --connect` reports about the table and
+-- the connected role, read from the catalogs only (no row is touched).
+-- $1 the table's quoted name, $2 the waiters table's, $3 the wake trigger's
+-- bare name, $4 the privileges needed on the table, $5 those needed on the
+-- waiters table, $6 the schema as written ('' for none), $7 the name.
+-- Privilege tests run only on relations that exist (CASE evaluates
+-- lazily), since has_table_privilege fails on a missing one. A qualified
+-- name is looked up in the catalogs rather than by to_regclass, which
+-- fails outright on a schema the role may not use: that is a finding to
+-- report, not an error.
+WITH t AS (
+    SELECT CASE WHEN $6 = '' THEN to_regclass($1)::oid ELSE (
+        SELECT c.oid FROM pg_catalog.pg_class AS c
+        JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+        WHERE n.nspname = $6 AND c.relname = $7) END AS oid
+),
+w AS (
+    SELECT CASE WHEN $6 = '' THEN to_regclass($2)::oid ELSE (
+        SELECT c.oid FROM pg_catalog.pg_class AS c
+        JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+        WHERE n.nspname = $6 AND c.relname = $7 || '_waiters') END AS oid
+)
+SELECT current_user::text,
+       current_setting('server_version_num')::int,
+       t.oid IS NOT NULL,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_attribute AS a
+               WHERE a.attrelid = t.oid AND a.attname = 'headers' AND NOT a.attisdropped),
+       w.oid IS NOT NULL,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_trigger AS g
+               WHERE g.tgrelid = t.oid AND g.tgname = $3 AND NOT g.tgisinternal),
+       CASE WHEN t.oid IS NOT NULL THEN
+           has_schema_privilege((SELECT c.relnamespace FROM pg_catalog.pg_class AS c WHERE c.oid = t.oid), 'USAGE')
+       END,
+       CASE WHEN t.oid IS NOT NULL THEN
+           ARRAY(SELECT p FROM unnest($4::text[]) AS p WHERE NOT has_table_privilege(t.oid, p))
+       END,
+       CASE WHEN w.oid IS NOT NULL THEN
+           ARRAY(SELECT p FROM unnest($5::text[]) AS p WHERE NOT has_table_privilege(w.oid, p))
+       END
+FROM t, w
