@@ -25,8 +25,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/outboxd/outbox"
 	"github.com/outboxd/outbox/internal/cli"
+	"github.com/outboxd/outbox/internal/testdb"
 	"github.com/outboxd/outbox/metrics"
 )
 
@@ -755,7 +755,7 @@ func TestSystemdUnit(t *testing.T) {
 		require.Contains(t, strings.Fields(u.one(t, "Unit", "Wants")), "network-online.target")
 		for key, want := range map[string]string{
 			"Type":            "simple",
-			"ExecStartPre":    binaryPath + " migrate",
+			"ExecStartPre":    binaryPath + " migrate --config " + configPath,
 			"ExecStart":       binaryPath + " run --config " + configPath,
 			"EnvironmentFile": "-/etc/outboxd/outboxd.env",
 			"Restart":         "on-failure",
@@ -790,18 +790,20 @@ func TestSystemdUnit(t *testing.T) {
 
 	t.Run("MigrateUsesTheRunTable", func(t *testing.T) {
 		t.Parallel()
-		// migrate reads --table and the DSN, not the config file: a table
-		// set in the file must be repeated on ExecStartPre.
-		args := strings.Fields(u.one(t, "Service", "ExecStartPre"))
-		table := outbox.TableDefault
-		for i, a := range args {
-			if a == "--table" && i+1 < len(args) {
-				table = args[i+1]
-			} else if v, ok := strings.CutPrefix(a, "--table="); ok {
-				table = v
-			}
-		}
-		require.Equal(t, documentedSettings(t)["table"].value, table)
+		// ExecStartPre hands migrate the file run reads; migrate takes the
+		// table from it (a table set there, not on the command line, is
+		// the one created).
+		require.Equal(t, []string{binaryPath, "migrate", "--config", configPath}, strings.Fields(u.one(t, "Service", "ExecStartPre")))
+		schema := testdb.NewSchema(t)
+		file := filepath.Join(t.TempDir(), "outboxd.yaml")
+		require.NoError(t, os.WriteFile(file, []byte("table: "+schema+".relayed\nworkers: 3\n"), 0o600))
+		var out bytes.Buffer
+		code := cli.Main(context.Background(), []string{"migrate", "--dsn", testdb.DSN(t), "--config", file}, strings.NewReader(""), &out, &out)
+		require.Equal(t, cli.ExitOK, code, out.String())
+		var n int
+		require.NoError(t, testdb.Pool(t).QueryRow(context.Background(),
+			"SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename = 'relayed'", schema).Scan(&n))
+		require.Equal(t, 1, n, "migrate --config created the file's table")
 	})
 
 	t.Run("SystemdAnalyzeVerify", func(t *testing.T) {
