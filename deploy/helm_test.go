@@ -1,0 +1,242 @@
+package deploy_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/outboxd/outbox/internal/cli"
+)
+
+const (
+	chartPath       = "helm/outboxd"
+	chartAlertsPath = "helm/outboxd/files/alerts.yml"
+	helmInstall     = "go install helm.sh/helm/v4/cmd/helm@v4.3.2"
+)
+
+// manifest is one rendered Kubernetes object, kept generic: the test reads
+// the fields it checks by path.
+type manifest map[string]any
+
+func (m manifest) kind() string { return str(m["kind"]) }
+
+func (m manifest) name() string { return str(dig(m, "metadata", "name")) }
+
+func str(v any) string { s, _ := v.(string); return s }
+
+// dig walks maps by key and lists by the "name" of their elements.
+func dig(v any, path ...string) any {
+	for _, p := range path {
+		switch x := v.(type) {
+		case map[string]any:
+			v = x[p]
+		case []any:
+			v = nil
+			for _, e := range x {
+				if em, ok := e.(map[string]any); ok && em["name"] == p {
+					v = em
+				}
+			}
+		default:
+			return nil
+		}
+	}
+	return v
+}
+
+// renderChart runs helm template with the given --set values and returns
+// the objects, or nil when helm is not installed.
+func renderChart(t *testing.T, helm string, set ...string) []manifest {
+	t.Helper()
+	args := []string{"template", "relay", chartPath, "--namespace", "apps"}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, helm, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "helm %s:\n%s", strings.Join(args, " "), stderr.String())
+	var out []manifest
+	dec := yaml.NewDecoder(&stdout)
+	for {
+		var m manifest
+		err := dec.Decode(&m)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		if m != nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func find(t *testing.T, ms []manifest, kind, name string) manifest {
+	t.Helper()
+	for _, m := range ms {
+		if m.kind() == kind && m.name() == name {
+			return m
+		}
+	}
+	require.FailNowf(t, "not rendered", "no %s %s", kind, name)
+	return nil
+}
+
+func TestHelmChartAlertsAreTheRules(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, string(readFile(t, alertsPath)), string(readFile(t, chartAlertsPath)),
+		"%s is a copy of %s: cp %s %s", chartAlertsPath, alertsPath, "deploy/"+alertsPath, "deploy/"+chartAlertsPath)
+}
+
+func TestHelmChart(t *testing.T) {
+	t.Parallel()
+	helm := requireTool(t, "helm", helmInstall)
+	if helm == "" {
+		return
+	}
+	const dsn = "postgres://outboxd:CHANGE-ME@db:5432/app"
+	ms := renderChart(t, helm, "secret.dsn="+dsn, "serviceMonitor.enabled=true", "prometheusRule.enabled=true",
+		"settings.table=app.outbox")
+
+	t.Run("Lint", func(t *testing.T) {
+		t.Parallel()
+		out, err := exec.Command(helm, "lint", "--strict", chartPath, "--set", "secret.dsn="+dsn).CombinedOutput()
+		require.NoError(t, err, "helm lint:\n%s", out)
+	})
+
+	dep := find(t, ms, "Deployment", "relay-outboxd")
+	pod := dig(dep, "spec", "template", "spec").(map[string]any)
+	c := dig(pod, "containers", "outboxd").(map[string]any)
+
+	t.Run("Deployment", func(t *testing.T) {
+		t.Parallel()
+		require.GreaterOrEqual(t, dig(dep, "spec", "replicas"), 2, "replicas run side by side")
+		require.Equal(t, []any{"run"}, c["args"])
+		require.Equal(t, "/readyz", dig(c, "readinessProbe", "httpGet", "path"))
+		require.Equal(t, "/healthz", dig(c, "livenessProbe", "httpGet", "path"))
+		require.Equal(t, "metrics", dig(c, "readinessProbe", "httpGet", "port"))
+		require.Equal(t, "metrics", dig(c, "livenessProbe", "httpGet", "port"))
+		require.Equal(t, 9090, dig(c, "ports", "metrics", "containerPort"))
+		require.NotNil(t, dig(c, "resources", "requests", "cpu"))
+		require.NotNil(t, dig(c, "resources", "limits", "memory"))
+		require.Greater(t, pod["terminationGracePeriodSeconds"], 25)
+	})
+
+	t.Run("SecurityContext", func(t *testing.T) {
+		t.Parallel()
+		psc := pod["securityContext"].(map[string]any)
+		require.Equal(t, true, psc["runAsNonRoot"])
+		require.Equal(t, imageUser, strings.TrimSpace(yamlText(t, psc["runAsUser"])), "the image's USER")
+		require.Equal(t, "RuntimeDefault", dig(psc, "seccompProfile", "type"))
+		sc := c["securityContext"].(map[string]any)
+		require.Equal(t, true, sc["readOnlyRootFilesystem"])
+		require.Equal(t, false, sc["allowPrivilegeEscalation"])
+		require.Equal(t, []any{"ALL"}, dig(sc, "capabilities", "drop"))
+	})
+
+	t.Run("EnvIsAValidConfiguration", func(t *testing.T) {
+		t.Parallel()
+		cm := find(t, ms, "ConfigMap", "relay-outboxd")
+		sec := find(t, ms, "Secret", "relay-outboxd")
+		var refs []string
+		for _, e := range c["envFrom"].([]any) {
+			for _, kind := range []string{"configMapRef", "secretRef"} {
+				if n := str(dig(e, kind, "name")); n != "" {
+					refs = append(refs, kind+"/"+n)
+				}
+			}
+		}
+		require.ElementsMatch(t, []string{"configMapRef/relay-outboxd", "secretRef/relay-outboxd"}, refs)
+		env := map[string]string{}
+		for k, v := range cm["data"].(map[string]any) {
+			require.True(t, strings.HasPrefix(k, "OUTBOXD_"), k)
+			env[k] = str(v)
+		}
+		require.Equal(t, ":9090", env["OUTBOXD_METRICS_ADDR"], "the probes' port")
+		require.Equal(t, "app.outbox", env["OUTBOXD_TABLE"])
+		require.Equal(t, dsn, dig(sec, "stringData", "OUTBOX_DSN"))
+		// Each variable names a flag of run (OUTBOXD_<FLAG>, "-" as "_"),
+		// and its value is one run accepts: config check takes them all.
+		args := []string{"config", "check", "--dsn", dsn}
+		for k, v := range env {
+			args = append(args, "--"+strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(k, "OUTBOXD_"), "_", "-")), v)
+		}
+		var stdout, stderr bytes.Buffer
+		code := cli.Main(context.Background(), args, strings.NewReader(""), &stdout, &stderr)
+		require.Equal(t, cli.ExitOK, code, "outboxd %s\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), stdout.String(), stderr.String())
+		require.NotContains(t, stdout.String(), "CHANGE-ME")
+	})
+
+	t.Run("MigrateHook", func(t *testing.T) {
+		t.Parallel()
+		job := find(t, ms, "Job", "relay-outboxd-migrate")
+		ann := dig(job, "metadata", "annotations").(map[string]any)
+		require.Equal(t, "pre-install,pre-upgrade", ann["helm.sh/hook"])
+		jc := dig(job, "spec", "template", "spec", "containers", "migrate").(map[string]any)
+		require.Equal(t, []any{"migrate"}, jc["args"])
+		require.Equal(t, "app.outbox", str(dig(jc, "env", "OUTBOXD_TABLE", "value")), "migrate creates the table run reads")
+		secretName := str(dig(jc["envFrom"].([]any)[0], "secretRef", "name"))
+		sec := find(t, ms, "Secret", secretName)
+		require.Equal(t, dsn, dig(sec, "stringData", "OUTBOX_DSN"))
+		secAnn := dig(sec, "metadata", "annotations").(map[string]any)
+		require.Equal(t, "pre-install,pre-upgrade", secAnn["helm.sh/hook"], "the hook's Secret exists before the Job runs")
+		require.Less(t, yamlText(t, secAnn["helm.sh/hook-weight"]), yamlText(t, ann["helm.sh/hook-weight"]))
+		require.Equal(t, pod["securityContext"], dig(job, "spec", "template", "spec", "securityContext"))
+		require.Equal(t, c["securityContext"], jc["securityContext"])
+	})
+
+	t.Run("PodDisruptionBudget", func(t *testing.T) {
+		t.Parallel()
+		pdb := find(t, ms, "PodDisruptionBudget", "relay-outboxd")
+		require.Equal(t, dig(dep, "spec", "selector", "matchLabels"), dig(pdb, "spec", "selector", "matchLabels"))
+		require.Equal(t, 1, dig(pdb, "spec", "maxUnavailable"))
+	})
+
+	t.Run("Monitoring", func(t *testing.T) {
+		t.Parallel()
+		sm := find(t, ms, "ServiceMonitor", "relay-outboxd")
+		svc := find(t, ms, "Service", "relay-outboxd")
+		job := dig(svc, "metadata", "labels", str(dig(sm, "spec", "jobLabel")))
+		require.Equal(t, "outboxd", job, "the alert rules select job=\"outboxd\"")
+		rule := find(t, ms, "PrometheusRule", "relay-outboxd")
+		var want map[string]any
+		require.NoError(t, yaml.Unmarshal(readFile(t, alertsPath), &want))
+		require.Equal(t, want, rule["spec"].(map[string]any), "the rules are deploy/prometheus/alerts.yml")
+	})
+
+	t.Run("ExistingSecretAndOptionalParts", func(t *testing.T) {
+		t.Parallel()
+		ms := renderChart(t, helm, "secret.existingSecret=outboxd-db")
+		kinds := []string{}
+		for _, m := range ms {
+			kinds = append(kinds, m.kind()+"/"+m.name())
+		}
+		require.NotContains(t, kinds, "Secret/relay-outboxd")
+		require.NotContains(t, kinds, "Secret/relay-outboxd-migrate")
+		require.NotContains(t, kinds, "ServiceMonitor/relay-outboxd")
+		require.NotContains(t, kinds, "PrometheusRule/relay-outboxd")
+		job := find(t, ms, "Job", "relay-outboxd-migrate")
+		jc := dig(job, "spec", "template", "spec", "containers", "migrate")
+		require.Equal(t, "outboxd-db", dig(jc.(map[string]any)["envFrom"].([]any)[0], "secretRef", "name"))
+		require.True(t, slices.Contains(kinds, "Deployment/relay-outboxd"))
+	})
+}
+
+func yamlText(t *testing.T, v any) string {
+	t.Helper()
+	b, err := yaml.Marshal(v)
+	require.NoError(t, err)
+	return string(b)
+}
