@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/outboxd/outbox/internal/store"
 )
@@ -51,7 +52,8 @@ type Access struct {
 	ServerVersion int
 	// TableExists is whether the table exists; Missing lists the parts of
 	// the migrations that are absent from an existing table ("headers
-	// column", "waiters table", "wake-up trigger"): run migrate.
+	// column", "waiters table", "wake-up trigger", an index or the audit
+	// table by name): run migrate.
 	TableExists bool
 	Missing     []string
 	// SchemaUsage is whether the role may use the table's schema.
@@ -85,6 +87,11 @@ func (a *Admin) CheckAccess(ctx context.Context, opts *AccessOpts) (*Access, err
 	}{{"headers column", sa.HeadersColumn}, {"waiters table", sa.WaitersExists}, {"wake-up trigger", sa.WakeTrigger}} {
 		if !p.ok {
 			out.Missing = append(out.Missing, p.name)
+		}
+	}
+	for _, r := range sa.MissingRelations {
+		if !strings.HasSuffix(r, "_waiters") { // reported above
+			out.Missing = append(out.Missing, r)
 		}
 	}
 	if (opts != nil && opts.NoNotify) || !sa.SchemaUsage {

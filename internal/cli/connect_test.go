@@ -118,6 +118,22 @@ func TestConfigCheckConnect(t *testing.T) {
 		require.Contains(t, line, "fix: run `outboxd migrate`")
 	})
 
+	t.Run("OutdatedTable", func(t *testing.T) {
+		schema := testdb.NewSchema(t)
+		table := schema + ".outbox"
+		migrate(t, dsn, table)
+		_, err := testdb.Pool(t).Exec(t.Context(), "ALTER TABLE "+table+" DROP COLUMN headers; DROP TABLE "+table+"_audit")
+		require.NoError(t, err)
+		r := connectCheck(t, dsn, "--table", table)
+		require.Equal(t, outboxcli.ExitFailure, r.code, "%s", r)
+		line := checkLine(t, r, "FAIL", "table "+table, "current")
+		require.Contains(t, line, "no headers column, outbox_audit")
+		require.Contains(t, line, "fix: run `outboxd migrate`")
+		migrate(t, dsn, table)
+		r = connectCheck(t, dsn, "--table", table)
+		require.Equal(t, outboxcli.ExitOK, r.code, "%s", r)
+	})
+
 	t.Run("MissingGrants", testConnectMissingGrants)
 
 	t.Run("BrokerDown", func(t *testing.T) {

@@ -15,6 +15,9 @@ type Access struct {
 	HeadersColumn bool
 	WaitersExists bool
 	WakeTrigger   bool
+	// MissingRelations are the indexes and tables the migrations create
+	// beside the table that are absent (bare names).
+	MissingRelations []string
 	// SchemaUsage is whether the role may use the table's schema; false
 	// when the table does not exist.
 	SchemaUsage bool
@@ -29,8 +32,9 @@ func (s *Store) Access(ctx context.Context, db DB, tablePrivs, waiterPrivs []str
 	var a Access
 	var usage *bool
 	err := db.QueryRow(ctx, s.access, s.Table.ident(""), s.Table.ident("_waiters"), s.Table.Name+"_wake",
-		tablePrivs, waiterPrivs, s.Table.Schema, s.Table.Name).Scan(&a.Role, &a.ServerVersion, &a.TableExists, &a.HeadersColumn,
-		&a.WaitersExists, &a.WakeTrigger, &usage, &a.MissingTable, &a.MissingWaiters)
+		tablePrivs, waiterPrivs, s.Table.Schema, s.Table.Name, s.migratedRelations()).Scan(&a.Role, &a.ServerVersion,
+		&a.TableExists, &a.HeadersColumn, &a.WaitersExists, &a.WakeTrigger, &a.MissingRelations, &usage,
+		&a.MissingTable, &a.MissingWaiters)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -52,4 +56,14 @@ func (s *Store) CheckListen(ctx context.Context, db interface {
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // the rollback is the point
 	_, err = tx.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize())
 	return translate(err)
+}
+
+// migratedRelations are the bare names of what the migrations create beside
+// the table: its indexes and the waiters and audit tables.
+func (s *Store) migratedRelations() []string {
+	var out []string
+	for _, suffix := range []string{"_ready", "_leased", "_aggregate_head", "_dead", "_waiters", "_audit"} {
+		out = append(out, s.Table.Name+suffix)
+	}
+	return out
 }

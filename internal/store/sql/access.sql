@@ -2,7 +2,9 @@
 -- the connected role, read from the catalogs only (no row is touched).
 -- $1 the table's quoted name, $2 the waiters table's, $3 the wake trigger's
 -- bare name, $4 the privileges needed on the table, $5 those needed on the
--- waiters table, $6 the schema as written ('' for none), $7 the name.
+-- waiters table, $6 the schema as written ('' for none), $7 the name, $8
+-- the relations the migrations create beside the table (indexes, the
+-- waiters and audit tables), by bare name, looked for in the table's schema.
 -- Privilege tests run only on relations that exist (CASE evaluates
 -- lazily), since has_table_privilege fails on a missing one. A qualified
 -- name is looked up in the catalogs rather than by to_regclass, which
@@ -28,6 +30,11 @@ SELECT current_user::text,
        w.oid IS NOT NULL,
        EXISTS (SELECT 1 FROM pg_catalog.pg_trigger AS g
                WHERE g.tgrelid = t.oid AND g.tgname = $3 AND NOT g.tgisinternal),
+       ARRAY(SELECT r FROM unnest($8::text[]) AS r
+             WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c
+                               WHERE c.relname = r
+                                 AND c.relnamespace = (SELECT o.relnamespace FROM pg_catalog.pg_class AS o
+                                                       WHERE o.oid = t.oid))),
        CASE WHEN t.oid IS NOT NULL THEN
            has_schema_privilege((SELECT c.relnamespace FROM pg_catalog.pg_class AS c WHERE c.oid = t.oid), 'USAGE')
        END,
