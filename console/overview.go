@@ -12,16 +12,19 @@ import (
 // Overview is the overview's JSON (and the page's data): cheap gauges, the
 // breakdowns of undelivered and dead messages, the dispatchers alive.
 type Overview struct {
-	Table            string           `json:"table"`
-	Pending          int64            `json:"pending"`
-	Processing       int64            `json:"processing"`
-	Dead             int64            `json:"dead"`
-	DoneEstimate     int64            `json:"done_estimate"`
-	OldestAgeSeconds float64          `json:"oldest_undelivered_age_seconds"`
-	ExpiredLeases    int64            `json:"expired_leases"`
-	ByEventType      []BreakdownView  `json:"by_event_type"`
-	ByAggregateType  []BreakdownView  `json:"by_aggregate_type"`
-	Dispatchers      []DispatcherView `json:"dispatchers"`
+	Table            string  `json:"table"`
+	Pending          int64   `json:"pending"`
+	Processing       int64   `json:"processing"`
+	Dead             int64   `json:"dead"`
+	DoneEstimate     int64   `json:"done_estimate"`
+	OldestAgeSeconds float64 `json:"oldest_undelivered_age_seconds"`
+	ExpiredLeases    int64   `json:"expired_leases"`
+	// BreakdownsAt is when the breakdowns were read: the sampler refreshes
+	// them every BreakdownInterval.
+	BreakdownsAt    time.Time        `json:"breakdowns_at"`
+	ByEventType     []BreakdownView  `json:"by_event_type"`
+	ByAggregateType []BreakdownView  `json:"by_aggregate_type"`
+	Dispatchers     []DispatcherView `json:"dispatchers"`
 }
 
 // BreakdownView is one row of a breakdown: undelivered and dead counts of
@@ -55,9 +58,11 @@ func (s *Server) overview(ctx context.Context, t *table) (Overview, outbox.Gauge
 		Table: t.name, Pending: g.Pending, Processing: g.Processing, Dead: g.Dead, DoneEstimate: g.Done,
 		OldestAgeSeconds: g.OldestPendingAge.Seconds(), ExpiredLeases: g.ExpiredLeases,
 	}
-	if o.ByEventType, o.ByAggregateType, err = breakdowns(ctx, t); err != nil {
+	// Until the sampler's first pass, the page reads them itself.
+	if err := t.breakdowns.refresh(ctx, t, s.cfg.BreakdownInterval); err != nil {
 		return o, g, err
 	}
+	o.BreakdownsAt, o.ByEventType, o.ByAggregateType = t.breakdowns.get()
 	o.Dispatchers, err = dispatchers(ctx, t)
 	return o, g, err
 }
@@ -89,10 +94,11 @@ func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request, t *table, 
 	base.Title, base.Page = "Overview", "overview"
 	s.render(w, "overview", struct {
 		pageData
-		G           outbox.Gauges
-		Breakdowns  []breakdownTable
-		Dispatchers []DispatcherView
-	}{base, g, []breakdownTable{
+		G            outbox.Gauges
+		BreakdownsAt time.Time
+		Breakdowns   []breakdownTable
+		Dispatchers  []DispatcherView
+	}{base, g, o.BreakdownsAt, []breakdownTable{
 		{"event type", "event_type", o.ByEventType},
 		{"aggregate type", "aggregate_type", o.ByAggregateType},
 	}, o.Dispatchers})

@@ -88,7 +88,7 @@ func (s *Server) runSampler(ctx context.Context) {
 }
 
 // sample reads one table's gauges (index-driven, cheap at any size) and
-// its newest id.
+// its newest id, and refreshes its breakdowns when they are due.
 func (s *Server) sample(ctx context.Context, tb *table) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.SampleInterval)
 	defer cancel()
@@ -104,5 +104,5 @@ func (s *Server) sample(ctx context.Context, tb *table) error {
 		At: time.Now().UTC(), Pending: g.Pending, Processing: g.Processing, Dead: g.Dead,
 		OldestAgeSeconds: g.OldestPendingAge.Seconds(), ExpiredLeases: g.ExpiredLeases, NewestID: newest,
 	})
-	return nil
+	return tb.breakdowns.refresh(ctx, tb, s.cfg.BreakdownInterval)
 }

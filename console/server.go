@@ -15,8 +15,9 @@ import (
 
 // Defaults of [Config].
 const (
-	SampleIntervalDefault = 5 * time.Second
-	SampleWindowDefault   = 720
+	SampleIntervalDefault    = 5 * time.Second
+	SampleWindowDefault      = 720
+	BreakdownIntervalDefault = 15 * time.Second
 )
 
 // Config configures a [Server].
@@ -41,6 +42,11 @@ type Config struct {
 	// SampleWindow is how many samples per table the charts keep (in
 	// memory). Defaults to 720 (an hour at 5s).
 	SampleWindow int
+	// BreakdownInterval is how often the sampler re-reads each table's
+	// breakdowns by event and aggregate type, which cost in proportion to
+	// the rows not done. Defaults to 15s (never more often than
+	// SampleInterval).
+	BreakdownInterval time.Duration
 }
 
 // Server is the console's HTTP handler, its sampler and its job registry.
@@ -56,9 +62,10 @@ type Server struct {
 
 // table is one outbox table the console serves.
 type table struct {
-	name    string
-	admin   *outbox.Admin
-	samples *ring
+	name       string
+	admin      *outbox.Admin
+	samples    *ring
+	breakdowns breakdownCache
 }
 
 // New returns a console over db for the configured tables.
@@ -72,6 +79,9 @@ func New(db outbox.DB, cfg *Config) (*Server, error) {
 	}
 	if c.SampleWindow <= 0 {
 		c.SampleWindow = SampleWindowDefault
+	}
+	if c.BreakdownInterval <= 0 {
+		c.BreakdownInterval = BreakdownIntervalDefault
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

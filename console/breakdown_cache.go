@@ -1,0 +1,38 @@
+package console
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// breakdownCache holds a table's latest breakdowns. They read every row not
+// yet done (undelivered and dead), which grows with a backlog, so the
+// sampler refreshes them every BreakdownInterval instead of each page load
+// paying for them.
+type breakdownCache struct {
+	mu                   sync.Mutex
+	at                   time.Time
+	byEvent, byAggregate []BreakdownView
+}
+
+func (c *breakdownCache) get() (time.Time, []BreakdownView, []BreakdownView) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.at, c.byEvent, c.byAggregate
+}
+
+// refresh reads the breakdowns if they are older than every.
+func (c *breakdownCache) refresh(ctx context.Context, t *table, every time.Duration) error {
+	if at, _, _ := c.get(); !at.IsZero() && time.Since(at) < every {
+		return nil
+	}
+	ev, ag, err := breakdowns(ctx, t)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.at, c.byEvent, c.byAggregate = time.Now().UTC(), ev, ag
+	c.mu.Unlock()
+	return nil
+}
