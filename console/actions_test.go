@@ -144,6 +144,9 @@ func TestReplayJob(t *testing.T) {
 
 	require.Equal(t, http.StatusBadRequest, c.do(http.MethodPost, api+"/replay", map[string]any{"filter": filter}).code, "no name")
 	require.Equal(t, http.StatusBadRequest, c.do(http.MethodPost, api+"/replay", map[string]any{"name": "x", "rate": -1, "filter": filter}).code)
+	bad := c.do(http.MethodPost, api+"/replay", map[string]any{"name": "no spaces please", "filter": filter, "dry_run": true})
+	require.Equal(t, http.StatusBadRequest, bad.code, bad.body)
+	require.Contains(t, bad.body, "no spaces please")
 	require.Equal(t, http.StatusNotFound, c.do(http.MethodPost, "/api/v1/jobs/999/cancel", nil).code)
 }
 

@@ -70,11 +70,12 @@ func (s *Server) list(r *http.Request, t *table, force string) (listing, error) 
 	return l, nil
 }
 
-// asRequestError turns the library's filter errors (a JSON path the
-// database cannot parse) into client errors.
+// asRequestError turns the library's input errors (a JSON path the
+// database cannot parse, a bad replay name or rate) into client errors.
 func asRequestError(err error) error {
 	var fe *outbox.FilterError
-	if errors.As(err, &fe) {
+	var re *outbox.ReplayOptsError
+	if errors.As(err, &fe) || errors.As(err, &re) {
 		return &requestError{msg: cleanErr(err)}
 	}
 	return err
