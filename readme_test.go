@@ -11,12 +11,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxd/outbox/internal/cli"
 	"github.com/outboxd/outbox/internal/testdb"
 )
 
@@ -137,4 +139,24 @@ func TestReadmeGoExample(t *testing.T) {
 		}
 	}
 	require.True(t, found, "README.md shows examples/quickstart/main.go verbatim in a go block")
+}
+
+// TestReadmeFlagTable: every flag of `outboxd run` has a row in the
+// README's flag table (--dsn, --table and --config are described above it).
+func TestReadmeFlagTable(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	code := cli.Main(context.Background(), []string{"run", "-h"}, strings.NewReader(""), &stdout, &stderr)
+	require.Equal(t, cli.ExitOK, code, stderr.String())
+	flags := regexp.MustCompile(`(?m)^\s+-([a-z-]+)`).FindAllStringSubmatch(stdout.String(), -1)
+	require.NotEmpty(t, flags)
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	for _, f := range flags {
+		switch f[1] {
+		case "dsn", "table", "config":
+			continue
+		}
+		require.Regexp(t, `(?m)^\| (?:[^|]|\\\|)*`+"`--"+regexp.QuoteMeta(f[1])+"[ `]", string(readme), "README's flag table lacks --%s", f[1])
+	}
 }
