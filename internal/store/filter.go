@@ -46,9 +46,8 @@ func loadTerms() map[string]string {
 	return out
 }
 
-// where builds the conditions of f plus extra terms, numbering parameters
-// from first, and appends their values to args. Unknown statuses are an
-// error; values never enter the text.
+// where is a WHERE clause being built from filter.sql's fragments: the
+// conditions, their parameters' values, and the next parameter's number.
 type where struct {
 	conds []string
 	args  []any
@@ -75,6 +74,8 @@ func (w *where) String() string {
 	return strings.Join(w.conds, " AND ")
 }
 
+// buildWhere returns the conditions of f, numbering parameters from first.
+// An unknown status is an error; values never enter the text.
 func buildWhere(f Filter, first int) (*where, error) {
 	w := &where{next: first}
 	if len(f.Status) > 0 {
