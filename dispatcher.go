@@ -38,10 +38,11 @@ type Dispatcher struct {
 	listening atomic.Bool
 	stats     counters
 
-	// flights are the claimed rows not yet finalized, for heartbeats; only
-	// kept when heartbeats are on. Keyed by lease, not row: a dispatcher
-	// that lost a lease may claim the row again before the old lease's
-	// publish has ended, and settling the old one must not drop the new.
+	// flights are the rows whose publish has started and that are not yet
+	// finalized, for heartbeats; only kept when heartbeats are on. Keyed by
+	// lease, not row: a dispatcher that lost a lease may claim the row
+	// again before the old lease's publish has ended, and settling the old
+	// one must not drop the new.
 	flightsMu sync.Mutex
 	flights   map[store.Lease]*job
 
@@ -164,11 +165,23 @@ type job struct {
 	// publishDur is how long Publish took (set by the worker).
 	publishDur time.Duration
 	// cancel ends the publish when a heartbeat finds the lease lost
-	// (guarded by Dispatcher.flightsMu); lost tells a worker that has not
-	// started it yet.
+	// (guarded by Dispatcher.flightsMu).
 	cancel context.CancelCauseFunc
-	lost   atomic.Bool
+	// phase is where the job is (queued, publishing, published); started
+	// when its publish began (unix nanoseconds), for heartbeats.
+	phase   atomic.Int32
+	started atomic.Int64
+	// hung is set once a heartbeat found the publish running past
+	// PublishTimeout plus a grace, and stopped extending its lease.
+	hung atomic.Bool
 }
+
+// Phases of a job.
+const (
+	phaseQueued int32 = iota
+	phasePublishing
+	phasePublished
+)
 
 func (j *job) setDeadline(t time.Time) { j.deadline.Store(t.UnixNano()) }
 
@@ -349,11 +362,6 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 					claimedAt: claimedAt,
 				}
 				j.setDeadline(deadline)
-				if d.cfg.HeartbeatInterval > 0 {
-					d.flightsMu.Lock()
-					d.flights[j.lease()] = j
-					d.flightsMu.Unlock()
-				}
 				jobs <- j
 			}
 			buf = rows[:0]
@@ -419,45 +427,6 @@ func (d *Dispatcher) headFreed() <-chan struct{} {
 	return nil
 }
 
-// work publishes jobs until jobs is closed. Once ctx is done, jobs not yet
-// started are released instead of published.
-func (d *Dispatcher) work(ctx context.Context, jobs <-chan *job, results chan<- result) {
-	for j := range jobs {
-		if ctx.Err() != nil {
-			results <- d.release(j, "released at shutdown")
-			continue
-		}
-		remaining := j.untilDeadline()
-		if remaining <= 0 || j.lost.Load() {
-			results <- d.release(j, "released unpublished: lease too close to expiry")
-			continue
-		}
-		timeout := d.cfg.PublishTimeout
-		if d.cfg.HeartbeatInterval == 0 {
-			// Without heartbeats the lease cannot grow: the publish must
-			// end inside it.
-			timeout = min(timeout, remaining)
-		}
-		// In-flight publishes finish on shutdown: their context is not
-		// cancelled with ctx, only bounded by the publish timeout, or by a
-		// heartbeat that finds the lease lost.
-		cctx, cancelCause := context.WithCancelCause(context.WithoutCancel(ctx))
-		pctx, cancel := context.WithTimeout(cctx, timeout)
-		d.flightsMu.Lock()
-		j.cancel = cancelCause
-		d.flightsMu.Unlock()
-		started := time.Now()
-		endSection := failpoint.During("mid-publish")
-		err := d.publish(pctx, &j.msg)
-		endSection()
-		failpoint.Hit("after-publish")
-		j.publishDur = time.Since(started)
-		cancel()
-		cancelCause(nil)
-		results <- d.classify(j, err)
-	}
-}
-
 // publish calls the sink, turning a panic into an error.
 func (d *Dispatcher) publish(ctx context.Context, msg *Message) (err error) {
 	defer func() {
@@ -483,120 +452,6 @@ type panicError struct{ value any }
 
 func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }
 
-func (d *Dispatcher) release(j *job, reason string) result {
-	return result{job: j, kind: kindReleased, outcome: store.Outcome{
-		ID: j.msg.ID, LeaseVersion: j.msg.FencingToken, Status: store.StatusPending, Refund: true,
-	}, err: errors.New(reason)}
-}
-
-// complete finalizes results in batches: whatever has accumulated while the
-// previous statement ran goes in the next one, so batches grow with load and
-// an idle system finalizes at once.
-func (d *Dispatcher) complete(results <-chan result, inflight *atomic.Int64) {
-	maxBatch := 2*d.cfg.BatchSize + d.cfg.Workers
-	batch := make([]result, 0, maxBatch)
-	for r := range results {
-		batch = append(batch[:0], r)
-	gather:
-		for len(batch) < maxBatch {
-			select {
-			case r, ok := <-results:
-				if !ok {
-					break gather
-				}
-				batch = append(batch, r)
-			default:
-				break gather
-			}
-		}
-		d.finalize(batch)
-		inflight.Add(-int64(len(batch)))
-		select {
-		case d.freed <- struct{}{}:
-		default:
-		}
-	}
-}
-
-func (d *Dispatcher) finalize(batch []result) {
-	outcomes := make([]store.Outcome, len(batch))
-	for i := range batch {
-		outcomes[i] = batch[i].outcome
-	}
-	var held []bool
-	var err error
-	start := time.Now()
-	defer d.forget(batch)
-	// Keep trying while the batch's leases may still hold (a database
-	// restart or failover takes seconds): every try is fenced, so a late
-	// success is still correct, and each give-up means re-deliveries.
-	giveUp := start.Add(2 * time.Second)
-	for i := range batch {
-		if dl := time.Now().Add(batch[i].job.untilDeadline()); dl.After(giveUp) {
-			giveUp = dl
-		}
-	}
-	for attempt := 0; ; attempt++ {
-		// Finalize must not be cut short by shutdown: a publish that succeeded
-		// and is not recorded would be delivered again.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		held, err = d.finalizeOnce(ctx, outcomes)
-		cancel()
-		d.stats.finalizes.Add(1)
-		if err == nil || time.Now().After(giveUp) {
-			break
-		}
-		d.log.Error("finalize failed; retrying", slog.Any("error", err), slog.Int("rows", len(batch)), slog.Int("try", attempt+1))
-		time.Sleep(min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second))
-	}
-	if err != nil {
-		// The rows stay processing; their leases expire and they are
-		// claimed again. Delivery is at least once, never lost.
-		d.log.Error("giving up on finalize; rows will be re-claimed after their lease", slog.Int("rows", len(batch)))
-		d.hook.OnFinalize(FinalizeEvent{Rows: len(batch), Duration: time.Since(start), Err: err})
-		return
-	}
-	lost := 0
-	for _, h := range held {
-		if !h {
-			lost++
-		}
-	}
-	d.hook.OnFinalize(FinalizeEvent{Rows: len(batch), LeaseLost: lost, Duration: time.Since(start)})
-	for i := range batch {
-		r := &batch[i]
-		ev := SettleEvent{
-			Message: &r.job.msg, Outcome: r.kind.outcome(), PublishDuration: r.job.publishDur, Err: r.err,
-			Lag: r.job.dbTime().Sub(r.job.msg.CreatedAt),
-		}
-		if !held[i] {
-			ev.Outcome = OutcomeLeaseLost
-		}
-		d.hook.OnSettle(ev)
-		if !held[i] {
-			d.stats.leaseLost.Add(1)
-			d.log.Warn("lost lease: finalize fenced off",
-				slog.Int64("outbox_id", r.job.msg.ID), slog.Int64("lease_version", r.job.msg.FencingToken),
-				slog.String("outcome", r.kind.String()))
-			continue
-		}
-		d.stats.count(r.kind)
-		switch r.kind {
-		case kindDead:
-			d.log.Warn("message dead", slog.Int64("outbox_id", r.job.msg.ID),
-				slog.Int64("lease_version", r.job.msg.FencingToken), slog.Int("attempt", r.job.msg.Attempt),
-				slog.String("error", r.outcome.Error))
-		case kindRetried:
-			d.log.Info("message will be retried", slog.Int64("outbox_id", r.job.msg.ID),
-				slog.Int64("lease_version", r.job.msg.FencingToken), slog.Int("attempt", r.job.msg.Attempt),
-				slog.Duration("delay", r.outcome.Delay), slog.String("error", r.outcome.Error))
-		case kindDeferred:
-			d.log.Debug("message deferred", slog.Int64("outbox_id", r.job.msg.ID),
-				slog.Int64("lease_version", r.job.msg.FencingToken), slog.Duration("delay", r.outcome.Delay))
-		}
-	}
-}
-
 // headers decodes a row's headers column. A column that is not an object of
 // strings (written by hand) is passed on as far as it can be: string values
 // as they are, others as their JSON text.
@@ -619,98 +474,6 @@ func (d *Dispatcher) headers(r *store.Row) map[string]string {
 		}
 	}
 	return out
-}
-
-// forget drops finalized rows from the heartbeat registry.
-func (d *Dispatcher) forget(batch []result) {
-	if d.cfg.HeartbeatInterval == 0 {
-		return
-	}
-	d.flightsMu.Lock()
-	for i := range batch {
-		delete(d.flights, batch[i].job.lease())
-	}
-	d.flightsMu.Unlock()
-}
-
-// heartbeat extends, every HeartbeatInterval, the leases of every row this
-// dispatcher holds, fenced on the lease version. A lease found lost cancels
-// its publish; so does a lease whose deadline passes while heartbeats fail
-// (the database is unreachable), since another worker may then take it.
-func (d *Dispatcher) heartbeat(ctx context.Context) {
-	t := time.NewTicker(d.cfg.HeartbeatInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		d.flightsMu.Lock()
-		held := make([]*job, 0, len(d.flights))
-		for _, j := range d.flights {
-			held = append(held, j)
-		}
-		d.flightsMu.Unlock()
-		if len(held) == 0 {
-			continue
-		}
-		leases := make([]store.Lease, len(held))
-		for i, j := range held {
-			leases[i] = j.lease()
-		}
-		start := time.Now()
-		hctx, cancel := context.WithTimeout(ctx, d.cfg.HeartbeatInterval)
-		extended, err := d.store.Heartbeat(hctx, d.pool, d.cfg.Owner, leases, d.cfg.Lease)
-		cancel()
-		d.stats.heartbeats.Add(1)
-		lost := 0
-		for _, j := range held {
-			switch {
-			case err == nil && extended[j.lease()]:
-				j.setDeadline(start.Add(d.cfg.Lease - d.cfg.Lease/10))
-			case err == nil, j.untilDeadline() <= 0:
-				lost++
-				d.cancelFlight(j)
-			}
-		}
-		if err != nil {
-			d.log.Warn("heartbeat failed; publishes past their lease will be cancelled", slog.Any("error", err))
-		}
-		d.hook.OnHeartbeat(HeartbeatEvent{Rows: len(held), LeaseLost: lost, Duration: time.Since(start), Err: err})
-	}
-}
-
-func (d *Dispatcher) cancelFlight(j *job) {
-	j.lost.Store(true)
-	d.flightsMu.Lock()
-	cancel := j.cancel
-	d.flightsMu.Unlock()
-	if cancel != nil {
-		cancel(ErrLeaseLost)
-	}
-	d.log.Warn("lease lost during publish; cancelling it",
-		slog.Int64("outbox_id", j.msg.ID), slog.Int64("lease_version", j.msg.FencingToken))
-}
-
-// finalizeOnce runs one finalize statement. In failpoint builds with
-// "in-finalize" armed it runs inside an explicit transaction and hits the
-// failpoint before COMMIT, so the suite can crash a worker mid-finalize.
-func (d *Dispatcher) finalizeOnce(ctx context.Context, outcomes []store.Outcome) ([]bool, error) {
-	if !failpoint.Enabled || !failpoint.Armed("in-finalize") {
-		return d.store.Finalize(ctx, d.pool, d.cfg.Owner, outcomes)
-	}
-	tx, err := d.pool.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	held, err := d.store.Finalize(ctx, tx, d.cfg.Owner, outcomes)
-	if err != nil {
-		return nil, err
-	}
-	failpoint.Hit("in-finalize")
-	return held, tx.Commit(ctx)
 }
 
 // pause waits d, or until ctx is done (false).

@@ -49,8 +49,13 @@ type HeartbeatEvent struct {
 	// Rows is how many leases it tried to extend; LeaseLost how many were
 	// already lost (their publishes are cancelled).
 	Rows, LeaseLost int
-	Duration        time.Duration
-	Err             error
+	// Hung is how many publishes this heartbeat newly found running past
+	// PublishTimeout plus one HeartbeatInterval (a sink that ignores its
+	// context): their leases are no longer extended. An event with only
+	// Hung set ran no statement.
+	Hung     int
+	Duration time.Duration
+	Err      error
 }
 
 // Outcome is what became of one claimed message.

@@ -23,12 +23,16 @@ type Stats struct {
 	Wakeups int64
 	// Heartbeats counts lease-extending heartbeat statements.
 	Heartbeats int64
+	// HungPublishes counts publishes that ran past PublishTimeout plus one
+	// HeartbeatInterval with heartbeats on, whose leases were then left to
+	// expire.
+	HungPublishes int64
 }
 
 type counters struct {
 	claims, finalizes, claimed              atomic.Int64
 	done, retried, deferred, dead, released atomic.Int64
-	leaseLost, wakeups, heartbeats          atomic.Int64
+	leaseLost, wakeups, heartbeats, hung    atomic.Int64
 }
 
 func (c *counters) count(k outcomeKind) {
@@ -53,6 +57,6 @@ func (d *Dispatcher) Stats() Stats {
 		Claims: c.claims.Load(), Finalizes: c.finalizes.Load(), Claimed: c.claimed.Load(),
 		Done: c.done.Load(), Retried: c.retried.Load(), Deferred: c.deferred.Load(),
 		Dead: c.dead.Load(), Released: c.released.Load(), LeaseLost: c.leaseLost.Load(),
-		Wakeups: c.wakeups.Load(), Heartbeats: c.heartbeats.Load(),
+		Wakeups: c.wakeups.Load(), Heartbeats: c.heartbeats.Load(), HungPublishes: c.hung.Load(),
 	}
 }

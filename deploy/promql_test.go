@@ -42,6 +42,7 @@ var contract = map[string]metricSpec{
 	"outbox_fenced_finalizes_total":       {counter, []string{"table"}},
 	"outbox_heartbeats_total":             {counter, []string{"table"}},
 	"outbox_heartbeat_lost_leases_total":  {counter, []string{"table"}},
+	"outbox_hung_publishes_total":         {counter, []string{"table"}},
 	"outbox_dispatcher_up":                {gauge, []string{"table"}},
 }
 

@@ -27,6 +27,7 @@
 //	outbox_fenced_finalizes_total                 counter: fenced writes refused
 //	outbox_heartbeats_total                       counter
 //	outbox_heartbeat_lost_leases_total            counter
+//	outbox_hung_publishes_total                   counter: publishes past their timeout whose leases were let go
 //	outbox_dispatcher_up                          gauge: 1 while the dispatcher runs
 package metrics
 
@@ -133,6 +134,7 @@ type Metrics struct {
 	fencedFinalizes  prometheus.Counter
 	heartbeats       prometheus.Counter
 	heartbeatLost    prometheus.Counter
+	hungPublishes    prometheus.Counter
 	up               prometheus.Gauge
 
 	// Readiness state.
@@ -228,6 +230,8 @@ func New(opts *Options) *Metrics {
 			"Lease-extending heartbeat statements run."),
 		heartbeatLost: counter("outbox_heartbeat_lost_leases_total",
 			"Leases a heartbeat found lost, whose publishes were cancelled."),
+		hungPublishes: counter("outbox_hung_publishes_total",
+			"Publishes found running past the publish timeout plus one heartbeat interval (a sink that ignores its context); their leases are no longer extended, so another dispatcher takes the rows over."),
 		up: gauge("outbox_dispatcher_up",
 			"1 while the dispatcher runs, else 0."),
 	}
@@ -243,7 +247,7 @@ func New(opts *Options) *Metrics {
 		m.publishes, m.publishDuration, m.deliveryLag,
 		m.claimBatch, m.claimDuration, m.claimErrors,
 		m.finalizeDuration, m.finalizeErrors, m.fencedFinalizes,
-		m.heartbeats, m.heartbeatLost, m.up,
+		m.heartbeats, m.heartbeatLost, m.hungPublishes, m.up,
 	)
 	return m
 }
@@ -289,8 +293,11 @@ func (h hook) OnSettle(ev outbox.SettleEvent) {
 }
 
 func (h hook) OnHeartbeat(ev outbox.HeartbeatEvent) {
-	h.m.heartbeats.Inc()
+	if ev.Rows > 0 || ev.Err != nil {
+		h.m.heartbeats.Inc()
+	}
 	h.m.heartbeatLost.Add(float64(ev.LeaseLost))
+	h.m.hungPublishes.Add(float64(ev.Hung))
 }
 
 // SetUp sets outbox_dispatcher_up, and with it readiness: true once the

@@ -43,6 +43,7 @@ var contract = map[string]struct {
 	"outbox_fenced_finalizes_total":       {dto.MetricType_COUNTER, []string{"table"}},
 	"outbox_heartbeats_total":             {dto.MetricType_COUNTER, []string{"table"}},
 	"outbox_heartbeat_lost_leases_total":  {dto.MetricType_COUNTER, []string{"table"}},
+	"outbox_hung_publishes_total":         {dto.MetricType_COUNTER, []string{"table"}},
 	"outbox_dispatcher_up":                {dto.MetricType_GAUGE, []string{"table"}},
 }
 

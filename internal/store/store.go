@@ -38,6 +38,7 @@ type Store struct {
 	Table Table
 
 	claim, claimOrdered, finalize, resolve, wait, unwait      string
+	finalizeWritten                                           string
 	status, deadList, deadRetry, deadSkip, purge, undelivered string
 	migrate                                                   string
 	types, heartbeat                                          string
@@ -78,25 +79,26 @@ func New(table string) (*Store, error) {
 	claimOrdered := strings.ReplaceAll(raw("sql/claim_ordered.sql"), "{{reap}}", reap)
 	migrate := strings.ReplaceAll(migrations(raw), "$$", dollarTag(t.String()))
 	return &Store{
-		Table:        t,
-		claim:        r.Replace(claim),
-		claimOrdered: r.Replace(claimOrdered),
-		finalize:     load("sql/finalize.sql"),
-		resolve:      load("sql/resolve.sql"),
-		wait:         load("sql/wait.sql"),
-		unwait:       load("sql/unwait.sql"),
-		status:       load("sql/status.sql"),
-		deadList:     load("sql/dead_list.sql"),
-		deadRetry:    load("sql/dead_retry.sql"),
-		deadSkip:     load("sql/dead_skip.sql"),
-		purge:        load("sql/purge.sql"),
-		undelivered:  load("sql/undelivered.sql"),
-		types:        load("sql/undelivered_types.sql"),
-		heartbeat:    load("sql/heartbeat.sql"),
-		gauges:       load("sql/gauges.sql"),
-		access:       load("sql/access.sql"),
-		migrate:      r.Replace(migrate),
-		console:      loadConsole(load),
+		Table:           t,
+		claim:           r.Replace(claim),
+		claimOrdered:    r.Replace(claimOrdered),
+		finalize:        load("sql/finalize.sql"),
+		finalizeWritten: load("sql/finalize_written.sql"),
+		resolve:         load("sql/resolve.sql"),
+		wait:            load("sql/wait.sql"),
+		unwait:          load("sql/unwait.sql"),
+		status:          load("sql/status.sql"),
+		deadList:        load("sql/dead_list.sql"),
+		deadRetry:       load("sql/dead_retry.sql"),
+		deadSkip:        load("sql/dead_skip.sql"),
+		purge:           load("sql/purge.sql"),
+		undelivered:     load("sql/undelivered.sql"),
+		types:           load("sql/undelivered_types.sql"),
+		heartbeat:       load("sql/heartbeat.sql"),
+		gauges:          load("sql/gauges.sql"),
+		access:          load("sql/access.sql"),
+		migrate:         r.Replace(migrate),
+		console:         loadConsole(load),
 		seed: SeedStatements{
 			Reap:  load("sql/seed_reap.sql"),
 			Claim: load("sql/seed_claim.sql"),

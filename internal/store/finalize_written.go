@@ -1,0 +1,40 @@
+package store
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// FinalizeWritten reports, aligned with outcomes, which ones are already
+// written (see finalize_written.sql). A finalize retried after an error
+// that may have followed its commit asks this about the outcomes its retry
+// found unheld, so a write that landed is not taken for a lost lease.
+func (s *Store) FinalizeWritten(ctx context.Context, db DB, outcomes []Outcome) ([]bool, error) {
+	n := len(outcomes)
+	ids := make([]int64, n)
+	versions := make([]int64, n)
+	statuses := make([]string, n)
+	errs := make([]string, n)
+	for i, o := range outcomes {
+		ids[i], versions[i], statuses[i] = o.ID, o.LeaseVersion, o.Status
+		errs[i] = storable(o.Error, maxErrorText)
+	}
+	rows, err := db.Query(ctx, s.finalizeWritten, ids, versions, statuses, errs)
+	if err != nil {
+		return nil, translate(err)
+	}
+	written := make(map[Lease]struct{}, n)
+	var l Lease
+	if _, err := pgx.ForEachRow(rows, []any{&l.ID, &l.Version}, func() error {
+		written[l] = struct{}{}
+		return nil
+	}); err != nil {
+		return nil, translate(err)
+	}
+	out := make([]bool, n)
+	for i, o := range outcomes {
+		_, out[i] = written[Lease{ID: o.ID, Version: o.LeaseVersion}]
+	}
+	return out, nil
+}
