@@ -33,24 +33,36 @@ func (m manifest) name() string { return str(dig(m, "metadata", "name")) }
 
 func str(v any) string { s, _ := v.(string); return s }
 
-// dig walks maps by key and lists by the "name" of their elements.
+// dig walks maps by key and lists by the "name" of their elements. yaml
+// decodes nested maps into the type of the outer one, manifest.
 func dig(v any, path ...string) any {
 	for _, p := range path {
-		switch x := v.(type) {
-		case map[string]any:
-			v = x[p]
-		case []any:
-			v = nil
-			for _, e := range x {
-				if em, ok := e.(map[string]any); ok && em["name"] == p {
-					v = em
-				}
-			}
-		default:
+		if m, ok := asMap(v); ok {
+			v = m[p]
+			continue
+		}
+		list, ok := v.([]any)
+		if !ok {
 			return nil
+		}
+		v = nil
+		for _, e := range list {
+			if em, ok := asMap(e); ok && em["name"] == p {
+				v = em
+			}
 		}
 	}
 	return v
+}
+
+func asMap(v any) (map[string]any, bool) {
+	switch m := v.(type) {
+	case manifest:
+		return m, true
+	case map[string]any:
+		return m, true
+	}
+	return nil, false
 }
 
 // renderChart runs helm template with the given --set values and returns
@@ -90,7 +102,11 @@ func find(t *testing.T, ms []manifest, kind, name string) manifest {
 			return m
 		}
 	}
-	require.FailNowf(t, "not rendered", "no %s %s", kind, name)
+	var seen []string
+	for _, m := range ms {
+		seen = append(seen, m.kind()+"/"+m.name())
+	}
+	require.FailNowf(t, "not rendered", "no %s %s among %v", kind, name, seen)
 	return nil
 }
 
@@ -117,8 +133,8 @@ func TestHelmChart(t *testing.T) {
 	})
 
 	dep := find(t, ms, "Deployment", "relay-outboxd")
-	pod := dig(dep, "spec", "template", "spec").(map[string]any)
-	c := dig(pod, "containers", "outboxd").(map[string]any)
+	pod, _ := asMap(dig(dep, "spec", "template", "spec"))
+	c, _ := asMap(dig(pod, "containers", "outboxd"))
 
 	t.Run("Deployment", func(t *testing.T) {
 		t.Parallel()
@@ -136,11 +152,11 @@ func TestHelmChart(t *testing.T) {
 
 	t.Run("SecurityContext", func(t *testing.T) {
 		t.Parallel()
-		psc := pod["securityContext"].(map[string]any)
+		psc := mapAt(t, pod["securityContext"])
 		require.Equal(t, true, psc["runAsNonRoot"])
 		require.Equal(t, imageUser, strings.TrimSpace(yamlText(t, psc["runAsUser"])), "the image's USER")
 		require.Equal(t, "RuntimeDefault", dig(psc, "seccompProfile", "type"))
-		sc := c["securityContext"].(map[string]any)
+		sc := mapAt(t, c["securityContext"])
 		require.Equal(t, true, sc["readOnlyRootFilesystem"])
 		require.Equal(t, false, sc["allowPrivilegeEscalation"])
 		require.Equal(t, []any{"ALL"}, dig(sc, "capabilities", "drop"))
@@ -160,7 +176,7 @@ func TestHelmChart(t *testing.T) {
 		}
 		require.ElementsMatch(t, []string{"configMapRef/relay-outboxd", "secretRef/relay-outboxd"}, refs)
 		env := map[string]string{}
-		for k, v := range cm["data"].(map[string]any) {
+		for k, v := range mapAt(t, cm["data"]) {
 			require.True(t, strings.HasPrefix(k, "OUTBOXD_"), k)
 			env[k] = str(v)
 		}
@@ -182,15 +198,15 @@ func TestHelmChart(t *testing.T) {
 	t.Run("MigrateHook", func(t *testing.T) {
 		t.Parallel()
 		job := find(t, ms, "Job", "relay-outboxd-migrate")
-		ann := dig(job, "metadata", "annotations").(map[string]any)
+		ann := mapAt(t, dig(job, "metadata", "annotations"))
 		require.Equal(t, "pre-install,pre-upgrade", ann["helm.sh/hook"])
-		jc := dig(job, "spec", "template", "spec", "containers", "migrate").(map[string]any)
+		jc := mapAt(t, dig(job, "spec", "template", "spec", "containers", "migrate"))
 		require.Equal(t, []any{"migrate"}, jc["args"])
 		require.Equal(t, "app.outbox", str(dig(jc, "env", "OUTBOXD_TABLE", "value")), "migrate creates the table run reads")
 		secretName := str(dig(jc["envFrom"].([]any)[0], "secretRef", "name"))
 		sec := find(t, ms, "Secret", secretName)
 		require.Equal(t, dsn, dig(sec, "stringData", "OUTBOX_DSN"))
-		secAnn := dig(sec, "metadata", "annotations").(map[string]any)
+		secAnn := mapAt(t, dig(sec, "metadata", "annotations"))
 		require.Equal(t, "pre-install,pre-upgrade", secAnn["helm.sh/hook"], "the hook's Secret exists before the Job runs")
 		require.Less(t, yamlText(t, secAnn["helm.sh/hook-weight"]), yamlText(t, ann["helm.sh/hook-weight"]))
 		require.Equal(t, pod["securityContext"], dig(job, "spec", "template", "spec", "securityContext"))
@@ -213,7 +229,7 @@ func TestHelmChart(t *testing.T) {
 		rule := find(t, ms, "PrometheusRule", "relay-outboxd")
 		var want map[string]any
 		require.NoError(t, yaml.Unmarshal(readFile(t, alertsPath), &want))
-		require.Equal(t, want, rule["spec"].(map[string]any), "the rules are deploy/prometheus/alerts.yml")
+		require.Equal(t, yamlText(t, want), yamlText(t, rule["spec"]), "the rules are deploy/prometheus/alerts.yml")
 	})
 
 	t.Run("ExistingSecretAndOptionalParts", func(t *testing.T) {
@@ -229,7 +245,7 @@ func TestHelmChart(t *testing.T) {
 		require.NotContains(t, kinds, "PrometheusRule/relay-outboxd")
 		job := find(t, ms, "Job", "relay-outboxd-migrate")
 		jc := dig(job, "spec", "template", "spec", "containers", "migrate")
-		require.Equal(t, "outboxd-db", dig(jc.(map[string]any)["envFrom"].([]any)[0], "secretRef", "name"))
+		require.Equal(t, "outboxd-db", dig(mapAt(t, jc)["envFrom"].([]any)[0], "secretRef", "name"))
 		require.True(t, slices.Contains(kinds, "Deployment/relay-outboxd"))
 	})
 }
@@ -239,4 +255,11 @@ func yamlText(t *testing.T, v any) string {
 	b, err := yaml.Marshal(v)
 	require.NoError(t, err)
 	return string(b)
+}
+
+func mapAt(t *testing.T, v any) map[string]any {
+	t.Helper()
+	m, ok := asMap(v)
+	require.True(t, ok, "want a map, got %T", v)
+	return m
 }
