@@ -104,8 +104,8 @@ func startBin(t *testing.T, bin string, env []string, args ...string) *syncBuffe
 // TestE2EBrowser drives the console in headless Chromium (console/e2e):
 // every page loads without a console error, and retrying all dead messages
 // matching a filter makes the count fall to zero. With OUTBOX_SCREENSHOTS
-// set to a directory, it leaves a screenshot of each page there (make
-// screenshots refreshes docs/screenshots).
+// set to a directory, it leaves a screenshot of each page there
+// (OUTBOX_SCREENSHOTS=$PWD/docs/screenshots refreshes the README's).
 func TestE2EBrowser(t *testing.T) {
 	t.Parallel()
 	node := requireTools(t)

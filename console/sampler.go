@@ -24,6 +24,9 @@ type Sample struct {
 	DeliveredPerSecond *float64 `json:"delivered_per_second"`
 }
 
+// sampleTimeoutMin bounds one sampling pass, however short the interval.
+const sampleTimeoutMin = 5 * time.Second
+
 // ring keeps the last samples of one table.
 type ring struct {
 	mu  sync.Mutex
@@ -90,7 +93,8 @@ func (s *Server) runSampler(ctx context.Context) {
 // sample reads one table's gauges (index-driven, cheap at any size) and
 // its newest id, and refreshes its breakdowns when they are due.
 func (s *Server) sample(ctx context.Context, tb *table) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.SampleInterval)
+	// A short interval must not starve a slow database of every sample.
+	ctx, cancel := context.WithTimeout(ctx, max(s.cfg.SampleInterval, sampleTimeoutMin))
 	defer cancel()
 	g, err := tb.admin.Gauges(ctx)
 	if err != nil {
