@@ -223,7 +223,7 @@ type probeResult struct {
 }
 
 // probeOrdered times the burst on each ordered group; a try during which
-// a worker died (an armed failpoint fired) is repeated, at most three
+// a worker died or an armed failpoint fired is repeated, at most three
 // times.
 func (r *run) probeOrdered() {
 	for _, g := range r.groups {
@@ -233,14 +233,16 @@ func (r *run) probeOrdered() {
 		res := probeResult{Messages: probeMessages, LimitSeconds: probeLimit.Seconds(), PollSeconds: orderedPollInterval.Seconds()}
 		for res.Tries < 3 {
 			res.Tries++
-			before := len(r.ev.snapshot())
+			before, fired := len(r.ev.snapshot()), countInLogs(r.dir, "failpoint ")
 			took, err := r.probeOnce(g, res.Tries)
 			if err != nil {
 				r.t.Errorf("ordered probe on %s: %v", g.name, err)
 				break
 			}
 			res.Seconds = took.Seconds()
-			if !r.workerDiedSince(before) {
+			// A failpoint still armed on a live incarnation (a hang, an
+			// injected error and its backoff) disturbs the timing too.
+			if !r.workerDiedSince(before) && countInLogs(r.dir, "failpoint ") == fired {
 				break
 			}
 		}
