@@ -8,8 +8,16 @@
 //   - 425 Too Early: [outbox.Defer], the receiver is not ready for this
 //     event yet (its delay comes from Retry-After, else
 //     [Options.DeferDelay]).
-//   - 408, 429 and 5xx: [outbox.RetryableAfter], with Retry-After as the
-//     floor of the backoff.
+//   - 408, 409, 429 and 5xx: [outbox.RetryableAfter], with Retry-After as
+//     the floor of the backoff. 409 Conflict is what a receiver implementing
+//     the IETF Idempotency-Key draft answers while an earlier delivery of the
+//     same key is still in progress (a lost lease re-delivers it).
+//   - 401, 403 and 407: [outbox.Unavailable]. A webhook receiver refusing
+//     credentials almost always means a rotated secret or token, a condition
+//     of the endpoint rather than of the message, so the message keeps its
+//     attempt.
+//   - A server certificate the client does not trust (expired, unknown
+//     authority, wrong host name): [outbox.Unavailable], for the same reason.
 //   - Timeouts, connection errors and a cancelled context: [outbox.Retryable].
 //   - Anything else, 3xx included (redirects are never followed): a
 //     [outbox.Permanent] error carrying the status and a body excerpt.
@@ -246,21 +254,31 @@ func (s *Sink) Publish(ctx context.Context, msg *outbox.Message) error {
 
 	resp, err := s.client.Do(req)
 	if err != nil {
+		if sinkutil.IsCertificateError(err) {
+			return outbox.Unavailable(s.transportError(err))
+		}
 		return outbox.Retryable(s.transportError(err))
 	}
 	defer drainClose(resp.Body)
+	return s.classify(resp)
+}
 
+// classify maps a response onto the outcome; see the package doc.
+func (s *Sink) classify(resp *http.Response) error {
 	code := resp.StatusCode
 	switch {
 	case code >= 200 && code <= 299:
 		return nil
+	case code == http.StatusUnauthorized, code == http.StatusForbidden, code == http.StatusProxyAuthRequired:
+		return outbox.Unavailable(s.statusError(resp))
 	case code == http.StatusTooEarly:
 		delay, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 		if !ok {
 			delay = s.deferDelay
 		}
 		return outbox.Defer(delay, s.statusError(resp).Error())
-	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests, code >= 500 && code <= 599:
+	case code == http.StatusRequestTimeout, code == http.StatusConflict, code == http.StatusTooManyRequests,
+		code >= 500 && code <= 599:
 		floor, _ := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 		return outbox.RetryableAfter(s.statusError(resp), floor)
 	default:

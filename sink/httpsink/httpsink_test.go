@@ -68,6 +68,7 @@ func TestPublishClassifiesStatus(t *testing.T) {
 		retry
 		deferred
 		permanent
+		unavailable
 	)
 	tests := []struct {
 		name       string
@@ -86,7 +87,11 @@ func TestPublishClassifiesStatus(t *testing.T) {
 		{name: "BadRequest400", status: 400, body: `{"error":"invalid order"}`, want: permanent},
 		{name: "NotFound404", status: 404, body: "no such hook", want: permanent},
 		{name: "RequestTimeout408", status: 408, want: retry},
-		{name: "Conflict409", status: 409, want: permanent},
+		{name: "Unauthorized401", status: 401, body: "bad token", want: unavailable},
+		{name: "Forbidden403", status: 403, want: unavailable},
+		{name: "ProxyAuthRequired407", status: 407, want: unavailable},
+		{name: "Conflict409", status: 409, body: "key in progress", want: retry},
+		{name: "Conflict409RetryAfter", status: 409, retryAfter: "2", want: retry, minDelay: 2 * time.Second, maxDelay: 2 * time.Second},
 		{name: "Gone410", status: 410, want: permanent},
 		{name: "UnprocessableEntity422", status: 422, body: "bad total", want: permanent},
 		{name: "TooEarly425NoRetryAfter", status: 425, want: deferred, minDelay: 7 * time.Second, maxDelay: 7 * time.Second},
@@ -131,6 +136,7 @@ func TestPublishClassifiesStatus(t *testing.T) {
 			require.Equal(t, tt.want == retry, outbox.IsRetryable(err), "IsRetryable: %v", err)
 			require.Equal(t, tt.want == deferred, outbox.IsDefer(err), "IsDefer: %v", err)
 			require.Equal(t, tt.want == permanent, outbox.IsPermanent(err), "IsPermanent: %v", err)
+			require.Equal(t, tt.want == unavailable, outbox.IsUnavailable(err), "IsUnavailable: %v", err)
 
 			var got time.Duration
 			switch tt.want {

@@ -21,12 +21,16 @@
 //     exhausted connection pool, and the transient server replies LOADING,
 //     BUSY, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, READONLY, OOM, MISCONF,
 //     NOREPLICAS and "max number of clients": [outbox.Retryable].
-//   - WRONGTYPE (the key holds something other than a stream), NOPERM,
-//     NOAUTH, WRONGPASS and other authentication failures, syntax and
+//   - NOAUTH, WRONGPASS and other authentication failures, NOPERM (the ACL
+//     refuses the command or the key) and a TLS certificate either side
+//     refuses: [outbox.Unavailable]. These are conditions of the sink's
+//     credentials (a password or ACL rotation), not of the message, so the
+//     message keeps its attempt and waits for the server to accept again.
+//   - WRONGTYPE (the key holds something other than a stream), syntax and
 //     argument errors, an unknown command, a bad DB index, MOVED/ASK (a
-//     cluster behind a standalone URL), a stream that ran out of ids, a
-//     protocol error (an entry beyond the server's bulk length limit) and a
-//     TLS certificate the client rejects: [outbox.Permanent].
+//     cluster behind a standalone URL), a stream that ran out of ids and a
+//     protocol error (an entry beyond the server's bulk length limit):
+//     [outbox.Permanent].
 //   - Any other error reply: [outbox.Retryable], since an unknown reply is
 //     more likely a new transient condition than a reason to drop messages.
 package redissink
@@ -34,7 +38,6 @@ package redissink
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -424,15 +427,8 @@ func (s *Sink) Close() error {
 // Error reply prefixes (after an optional "ERR ") that no retry can fix.
 var permanentReplies = []string{
 	"WRONGTYPE",
-	"NOPERM",
-	"NOAUTH",
-	"WRONGPASS",
 	"MOVED",
 	"ASK",
-	"invalid password",
-	"AUTH ",
-	"Client sent AUTH",
-	"invalid username-password",
 	"syntax error",
 	"Invalid stream ID",
 	"unknown command",
@@ -444,6 +440,18 @@ var permanentReplies = []string{
 	"value is out of range",
 	"The stream has exhausted the last possible ID",
 	"Protocol error",
+}
+
+// Error reply prefixes (after an optional "ERR ") refusing the sink's
+// credentials: authentication failed, or the ACL forbids the command or key.
+var credentialReplies = []string{
+	"NOPERM",
+	"NOAUTH",
+	"WRONGPASS",
+	"invalid password",
+	"AUTH ",
+	"Client sent AUTH",
+	"invalid username-password",
 }
 
 // Error reply prefixes of conditions that pass: a server loading its data,
@@ -462,7 +470,8 @@ var retryableReplies = []string{
 	"max number of clients reached",
 }
 
-// classify wraps err as retryable or permanent; see the package doc.
+// classify wraps err as retryable, unavailable or permanent; see the
+// package doc.
 func classify(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return outbox.Retryable(err)
@@ -470,35 +479,29 @@ func classify(err error) error {
 	var re redis.Error
 	if errors.As(err, &re) {
 		reply := strings.TrimPrefix(re.Error(), "ERR ")
-		for _, p := range retryableReplies {
-			if strings.HasPrefix(reply, p) {
-				return outbox.Retryable(err)
-			}
-		}
-		for _, p := range permanentReplies {
-			if strings.HasPrefix(reply, p) {
-				return outbox.Permanent(err)
-			}
+		switch {
+		case hasAnyPrefix(reply, retryableReplies):
+			return outbox.Retryable(err)
+		case hasAnyPrefix(reply, credentialReplies):
+			return outbox.Unavailable(err)
+		case hasAnyPrefix(reply, permanentReplies):
+			return outbox.Permanent(err)
 		}
 		return outbox.Retryable(err)
 	}
-	if isCertificateError(err) {
-		return outbox.Permanent(err)
+	if sinkutil.IsCertificateError(err) {
+		return outbox.Unavailable(err)
 	}
 	// Everything else is the transport: dial and socket errors, timeouts,
 	// EOF on a reset connection, a closed or exhausted pool.
 	return outbox.Retryable(err)
 }
 
-// isCertificateError reports a TLS peer the client refuses to trust: a
-// configuration problem (CA bundle, host name), not a passing one.
-func isCertificateError(err error) bool {
-	var (
-		unknownAuthority x509.UnknownAuthorityError
-		invalid          x509.CertificateInvalidError
-		hostname         x509.HostnameError
-		verification     *tls.CertificateVerificationError
-	)
-	return errors.As(err, &unknownAuthority) || errors.As(err, &invalid) ||
-		errors.As(err, &hostname) || errors.As(err, &verification)
+func hasAnyPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
 }

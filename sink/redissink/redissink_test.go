@@ -267,9 +267,9 @@ func TestDedupe(t *testing.T) {
 	})
 }
 
-// TestServerRejections provokes real permanent replies: an ACL user that
-// may not XADD (NOPERM), a wrong password (WRONGPASS) and a database that
-// does not exist.
+// TestServerRejections provokes real refusals: an ACL user that may not
+// XADD (NOPERM) and a wrong password (WRONGPASS) are conditions of the
+// credentials (unavailable); a database that does not exist is permanent.
 func TestServerRejections(t *testing.T) {
 	t.Parallel()
 	c := direct(t)
@@ -280,10 +280,11 @@ func TestServerRejections(t *testing.T) {
 
 	for _, tt := range []struct {
 		name, url, want string
+		unavailable     bool
 	}{
-		{"NoPermission", "redis://" + user + ":right-pw@" + upstream + "/0?stream=" + key, "NOPERM"},
-		{"WrongPassword", "redis://" + user + ":wrong-pw@" + upstream + "/0?stream=" + key, "WRONGPASS"},
-		{"NoSuchDatabase", "redis://" + upstream + "/100000?stream=" + key, "DB index is out of range"},
+		{"NoPermission", "redis://" + user + ":right-pw@" + upstream + "/0?stream=" + key, "NOPERM", true},
+		{"WrongPassword", "redis://" + user + ":wrong-pw@" + upstream + "/0?stream=" + key, "WRONGPASS", true},
+		{"NoSuchDatabase", "redis://" + upstream + "/100000?stream=" + key, "DB index is out of range", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -294,7 +295,8 @@ func TestServerRejections(t *testing.T) {
 			defer cancel()
 			err = s.Publish(ctx, sinktest.NewMessage("a"))
 			require.Error(t, err)
-			require.True(t, outbox.IsPermanent(err), "want permanent, got %v", err)
+			require.Equal(t, tt.unavailable, outbox.IsUnavailable(err), "unavailable: %v", err)
+			require.Equal(t, !tt.unavailable, outbox.IsPermanent(err), "permanent: %v", err)
 			require.Contains(t, err.Error(), tt.want)
 			require.NotContains(t, err.Error(), "right-pw")
 			require.NotContains(t, err.Error(), "wrong-pw")
@@ -335,13 +337,22 @@ func TestClassify(t *testing.T) {
 		require.True(t, outbox.IsRetryable(got), "%v: want retryable, got %v", err, got)
 		require.ErrorIs(t, got, err)
 	}
-	permanent := []error{
-		replyErr("WRONGTYPE Operation against a key holding the wrong kind of value"),
+	unavailable := []error{
 		replyErr("NOPERM User app has no permissions to run the 'xadd' command"),
+		replyErr("NOPERM No permissions to access a key"),
 		replyErr("NOAUTH Authentication required."),
 		replyErr("WRONGPASS invalid username-password pair or user is disabled."),
 		replyErr("ERR invalid password"),
 		replyErr("ERR AUTH <password> called without any password configured for the default user."),
+		x509.UnknownAuthorityError{},
+		x509.HostnameError{Host: "redis.example.com", Certificate: &x509.Certificate{}},
+	}
+	for _, err := range unavailable {
+		got := redissink.Classify(fmt.Errorf("redissink: XADD k on h: %w", err))
+		require.True(t, outbox.IsUnavailable(got), "%v: want unavailable, got %v", err, got)
+	}
+	permanent := []error{
+		replyErr("WRONGTYPE Operation against a key holding the wrong kind of value"),
 		replyErr("ERR syntax error"),
 		replyErr("ERR Invalid stream ID specified as stream command argument"),
 		replyErr("ERR unknown command 'XADD', with args beginning with: "),
@@ -351,8 +362,6 @@ func TestClassify(t *testing.T) {
 		replyErr("ASK 3999 127.0.0.1:6381"),
 		replyErr("ERR The stream has exhausted the last possible ID, unable to add more items"),
 		replyErr("ERR Protocol error: invalid bulk length"),
-		x509.UnknownAuthorityError{},
-		x509.HostnameError{Host: "redis.example.com", Certificate: &x509.Certificate{}},
 	}
 	for _, err := range permanent {
 		got := redissink.Classify(fmt.Errorf("redissink: XADD k on h: %w", err))
