@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -264,11 +265,23 @@ func (p *delayProxy) accept() {
 // the test ends.
 func startServer(t testing.TB, config string) string {
 	t.Helper()
+	addr, _ := startReloadableServer(t, config)
+	return addr
+}
+
+// startReloadableServer is startServer that also returns reload, which
+// rewrites the server's configuration to config and has the server reload
+// it (SIGHUP), waiting until it has.
+func startReloadableServer(t testing.TB, config string) (addr string, reload func(config string)) {
+	t.Helper()
 	dir := t.TempDir()
-	conf := fmt.Sprintf("listen: \"127.0.0.1:-1\"\nports_file_dir: %q\njetstream { store_dir: %q }\n%s\n",
-		dir, filepath.Join(dir, "js"), config)
 	path := filepath.Join(dir, "server.conf")
-	require.NoError(t, os.WriteFile(path, []byte(conf), 0o600))
+	write := func(config string) {
+		conf := fmt.Sprintf("listen: \"127.0.0.1:-1\"\nports_file_dir: %q\njetstream { store_dir: %q }\n%s\n",
+			dir, filepath.Join(dir, "js"), config)
+		require.NoError(t, os.WriteFile(path, []byte(conf), 0o600))
+	}
+	write(config)
 	bin, err := exec.LookPath("nats-server")
 	require.NoError(t, err, "nats-server must be on PATH")
 	cmd := exec.Command(bin, "-c", path)
@@ -279,7 +292,6 @@ func startServer(t testing.TB, config string) string {
 		_ = cmd.Wait()
 	})
 	portsFile := filepath.Join(dir, fmt.Sprintf("%s_%d.ports", filepath.Base(bin), cmd.Process.Pid))
-	var addr string
 	require.Eventually(t, func() bool {
 		b, err := os.ReadFile(portsFile)
 		if err != nil {
@@ -296,5 +308,10 @@ func startServer(t testing.TB, config string) string {
 		addr = u.Host
 		return true
 	}, 10*time.Second, 20*time.Millisecond, "nats-server did not start")
-	return addr
+	reload = func(config string) {
+		t.Helper()
+		write(config)
+		require.NoError(t, cmd.Process.Signal(syscall.SIGHUP))
+	}
+	return addr, reload
 }

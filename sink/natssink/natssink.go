@@ -17,8 +17,12 @@
 //     [outbox.Retryable].
 //   - Message larger than the server or the stream accepts, a failed
 //     expected-sequence or expected-stream check, an invalid subject or
-//     header, a permissions violation on the subject, an authentication
-//     failure: [outbox.Permanent].
+//     header: [outbox.Permanent].
+//   - An authentication failure (refused, expired or revoked credentials),
+//     a permissions violation on the subject, or a TLS certificate either
+//     side refuses: [outbox.Unavailable]. These are conditions of the
+//     sink's credentials (a rotation, a permission not granted yet), so the
+//     message keeps its attempt and waits for the server to accept again.
 //   - Timeouts, lost or closed connections, a reconnect in progress, too
 //     many publishes in flight, a cancelled context, and any other JetStream
 //     error: [outbox.Retryable].
@@ -211,8 +215,8 @@ func (c *conn) setConnErr(err error) {
 	c.errMu.Unlock()
 }
 
-// authError returns the authentication failure that keeps the connection
-// down, if that is what does.
+// authError returns the refusal of the sink's credentials or certificates
+// that keeps the connection down, if that is what does.
 func (c *conn) authError() error {
 	if c.nc.IsConnected() {
 		return nil
@@ -220,7 +224,7 @@ func (c *conn) authError() error {
 	c.errMu.Lock()
 	err := c.lastConnErr
 	c.errMu.Unlock()
-	if isAuthErr(err) {
+	if isRefusal(err) {
 		return err
 	}
 	return nil
@@ -270,7 +274,7 @@ func (s *Sink) dial() (*conn, error) {
 		}),
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
 			c.setConnErr(err)
-			if isAuthErr(err) {
+			if isRefusal(err) {
 				c.fire("", err)
 			}
 			s.log.Debug("natssink: reconnect attempt failed", slog.String("server", s.servers), slog.Any("error", err))
@@ -617,12 +621,15 @@ func (s *Sink) Close() error {
 }
 
 func (s *Sink) classify(err error, subject string) error {
-	if outbox.IsRetryable(err) || outbox.IsPermanent(err) {
+	if outbox.IsRetryable(err) || outbox.IsPermanent(err) || outbox.IsUnavailable(err) {
 		return err
 	}
 	werr := fmt.Errorf("natssink: publish to %q via %s: %w", subject, s.servers, err)
 	if s.cfg.stream != "" && isNoStream(err) {
 		return outbox.Retryable(werr)
+	}
+	if isRefusal(err) || errors.Is(err, nats.ErrPermissionViolation) {
+		return outbox.Unavailable(werr)
 	}
 	if isPermanent(err) {
 		return outbox.Permanent(werr)
@@ -655,14 +662,17 @@ func isPermanent(err error) bool {
 		nats.ErrBadSubject,
 		nats.ErrBadHeaderMsg,
 		nats.ErrHeadersNotSupported,
-		nats.ErrPermissionViolation,
 	} {
 		if errors.Is(err, target) {
 			return true
 		}
 	}
-	return isAuthErr(err)
+	return false
 }
+
+// isRefusal reports whether err is the server refusing the sink's
+// credentials, or a TLS handshake failing over a certificate.
+func isRefusal(err error) bool { return isAuthErr(err) || sinkutil.IsCertificateError(err) }
 
 func isAuthErr(err error) bool {
 	return err != nil && (errors.Is(err, nats.ErrAuthorization) ||

@@ -2,6 +2,8 @@ package natssink_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -247,10 +249,15 @@ func TestClassify(t *testing.T) {
 		nats.ErrMaxPayload,
 		nats.ErrBadSubject,
 		nats.ErrHeadersNotSupported,
+	}
+	unavailable := []error{
 		fmt.Errorf("%w: Permissions Violation for Publish to \"x\"", nats.ErrPermissionViolation),
 		nats.ErrAuthorization,
 		nats.ErrAuthExpired,
 		nats.ErrAuthRevoked,
+		nats.ErrAccountAuthExpired,
+		x509.UnknownAuthorityError{},
+		&tls.CertificateVerificationError{Err: x509.CertificateInvalidError{Reason: x509.Expired}},
 	}
 	retryable := []error{
 		context.Canceled,
@@ -271,6 +278,11 @@ func TestClassify(t *testing.T) {
 	for _, err := range permanent {
 		got := natssink.Classify(err, false)
 		require.True(t, outbox.IsPermanent(got), "%v: got %v", err, got)
+		require.ErrorIs(t, got, err)
+	}
+	for _, err := range unavailable {
+		got := natssink.Classify(err, false)
+		require.True(t, outbox.IsUnavailable(got), "%v: got %v", err, got)
 		require.ErrorIs(t, got, err)
 	}
 	for _, err := range retryable {
