@@ -16,17 +16,20 @@
 //   - basic.return of a mandatory message (no queue bound for its routing
 //     key): [outbox.Permanent].
 //   - A channel exception naming the message's exchange (404 no such
-//     exchange, 403 access refused), or 406 for a message over the broker's
-//     max_message_size: [outbox.Permanent] for that message; the sink opens
-//     a new channel and goes on.
+//     exchange), or 406 for a message over the broker's max_message_size:
+//     [outbox.Permanent] for that message; the sink opens a new channel and
+//     goes on.
+//   - A channel exception 403 naming the message's exchange (no write
+//     permission): [outbox.Unavailable], a condition of the credentials.
 //   - An exchange or routing key over 255 bytes after expansion:
 //     [outbox.Permanent], without touching the broker.
 //   - basic.nack, a lost connection or channel before the confirm, a broker
 //     that blocks publishing (memory or disk alarm), a broker that cannot be
 //     reached, a done context: [outbox.Retryable].
-//   - Refused credentials or vhost, or a server certificate that does not
-//     verify, on two connection attempts in a row: [outbox.Permanent] (New
-//     itself fails if that happens when the sink starts).
+//   - Refused credentials or vhost, or a certificate either side refuses,
+//     on two connection attempts in a row: [outbox.Unavailable], so a
+//     credential rotation delays messages without spending their attempts
+//     (New itself fails if that happens when the sink starts).
 package amqpsink
 
 import (

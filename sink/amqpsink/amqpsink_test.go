@@ -520,9 +520,9 @@ func newUser(t *testing.T, password, configure, write, read string) string {
 }
 
 // A user without write access to the exchange: the broker closes the
-// channel with 403 naming the exchange, which is permanent for that message
-// only.
-func TestWriteAccessRefusedIsPermanent(t *testing.T) {
+// channel with 403 naming the exchange, a condition of the credentials
+// (unavailable), and other exchanges stay usable.
+func TestWriteAccessRefusedIsUnavailable(t *testing.T) {
 	t.Parallel()
 	a := newAdmin(t)
 	r := a.queue(t, nil, "")
@@ -537,7 +537,7 @@ func TestWriteAccessRefusedIsPermanent(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	err = s.Publish(publishCtx(t), sinktest.NewMessage("a"))
-	require.True(t, outbox.IsPermanent(err), "want permanent, got %v", err)
+	require.True(t, outbox.IsUnavailable(err), "want unavailable, got %v", err)
 	require.ErrorContains(t, err, "403")
 
 	allowed, err := amqpsink.New(raw("", r.name), nil)
@@ -549,8 +549,9 @@ func TestWriteAccessRefusedIsPermanent(t *testing.T) {
 }
 
 // Credentials that stop working while the sink runs: once two reconnection
-// attempts in a row are refused, publishes are permanent failures; once the
-// credentials work again the sink delivers, with no restart.
+// attempts in a row are refused, publishes fail as unavailable (never
+// permanent); once the credentials work again the sink delivers, with no
+// restart.
 func TestCredentialsRefusedWhileRunning(t *testing.T) {
 	t.Parallel()
 	a := newAdmin(t)
@@ -568,12 +569,8 @@ func TestCredentialsRefusedWhileRunning(t *testing.T) {
 	p.Cut()
 	p.Restore()
 	m := sinktest.NewMessage("a")
-	var last error
-	require.Eventually(t, func() bool {
-		last = s.Publish(publishCtx(t), m)
-		return last == nil || outbox.IsPermanent(last)
-	}, 20*time.Second, 50*time.Millisecond, "never permanent")
-	require.Error(t, last, "published with refused credentials")
+	last := publishUntil(t, s, m, func(err error) bool { return err == nil || outbox.IsUnavailable(err) })
+	require.True(t, outbox.IsUnavailable(last), "want unavailable, got %v", last)
 	require.ErrorContains(t, last, "403")
 	require.NotContains(t, last.Error(), "old-pw")
 

@@ -1,8 +1,6 @@
 package amqpsink
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"regexp"
@@ -12,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/sink/sinkutil"
 )
 
 var (
@@ -38,14 +37,21 @@ func classifyClose(e *amqp.Error, exchange string, size int) error {
 	if e == nil {
 		return outbox.Retryable(errChannelGone)
 	}
+	name := exchange
+	if name == "" {
+		name = "amq.default"
+	}
+	aboutExchange := strings.Contains(e.Reason, "exchange '"+name+"'")
 	switch e.Code {
-	case amqp.NotFound, amqp.AccessRefused:
-		name := exchange
-		if name == "" {
-			name = "amq.default"
-		}
-		if strings.Contains(e.Reason, "exchange '"+name+"'") {
+	case amqp.NotFound:
+		if aboutExchange {
 			return outbox.Permanent(fmt.Errorf("amqpsink: broker refused the publish to exchange %q: %w", exchange, e))
+		}
+	case amqp.AccessRefused:
+		// A missing write permission is the credentials' condition (a
+		// permission removed or not granted yet), not the message's.
+		if aboutExchange {
+			return outbox.Unavailable(fmt.Errorf("amqpsink: broker refused write access to exchange %q: %w", exchange, e))
 		}
 	case amqp.PreconditionFailed:
 		if m := maxSizeRE.FindStringSubmatch(e.Reason); m != nil {
@@ -59,7 +65,7 @@ func classifyClose(e *amqp.Error, exchange string, size int) error {
 
 // isConfigError reports whether a failed connection attempt is one that only
 // a change of configuration fixes: refused credentials or vhost access, a
-// vhost that does not exist, a server certificate that does not verify.
+// vhost that does not exist, a certificate either side refuses.
 func isConfigError(err error) bool {
 	var ae *amqp.Error
 	if errors.As(err, &ae) {
@@ -72,12 +78,5 @@ func isConfigError(err error) bool {
 		}
 		return false
 	}
-	var (
-		unknownCA x509.UnknownAuthorityError
-		hostname  x509.HostnameError
-		invalid   x509.CertificateInvalidError
-		verify    *tls.CertificateVerificationError
-	)
-	return errors.As(err, &unknownCA) || errors.As(err, &hostname) ||
-		errors.As(err, &invalid) || errors.As(err, &verify)
+	return sinkutil.IsCertificateError(err)
 }

@@ -67,8 +67,8 @@ func (s *Sink) run() {
 			// A socket reset in the middle of the handshake can look like
 			// refused credentials (the broker closes the socket on bad
 			// credentials without a word), so once the sink is running, when
-			// the verdict sends messages dead, a config error is believed
-			// only when the next attempt says the same. At start-up it only
+			// the verdict pauses the sink, a config error is believed only
+			// when the next attempt says the same. At start-up it only
 			// fails New, and fast feedback matters more.
 			switch {
 			case !isConfigError(err):
@@ -82,7 +82,9 @@ func (s *Sink) run() {
 			wrapped := fmt.Errorf("amqpsink: connecting to %s: %w", s.cfg.display, err)
 			delay := backoff(failures, s.cfg.reconnMax)
 			if configFailures >= 2 {
-				s.setDown(nil, outbox.Permanent(wrapped))
+				// The broker refuses the sink, not a message: messages keep
+				// their attempts until the configuration is fixed.
+				s.setDown(nil, outbox.Unavailable(wrapped))
 				s.settle(wrapped)
 			} else {
 				s.setDown(nil, outbox.Retryable(wrapped))

@@ -141,29 +141,27 @@ func TestClassifyClose(t *testing.T) {
 		err       *amqp.Error
 		exchange  string
 		size      int
-		permanent bool
+		want      string
 	}{
-		{"OwnClose", nil, "x", 10, false},
-		{"MissingExchangeOfThisMessage", broker(404, "NOT_FOUND - no exchange 'events' in vhost '/'"), "events", 10, true},
-		{"MissingExchangeOfAnotherMessage", broker(404, "NOT_FOUND - no exchange 'other' in vhost '/'"), "events", 10, false},
-		{"PrefixOfAnotherExchange", broker(404, "NOT_FOUND - no exchange 'events.x' in vhost '/'"), "events", 10, false},
-		{"WriteRefused", broker(403, "ACCESS_REFUSED - write access to exchange 'events' in vhost '/' refused for user 'app'"), "events", 10, true},
-		{"WriteRefusedOnDefaultExchange", broker(403, "ACCESS_REFUSED - write access to exchange 'amq.default' in vhost '/' refused for user 'app'"), "", 10, true},
-		{"TooLarge", broker(406, "PRECONDITION_FAILED - message size 200 is larger than configured max size 100"), "x", 200, true},
-		{"SmallMessageOnChannelKilledByLargeOne", broker(406, "PRECONDITION_FAILED - message size 200 is larger than configured max size 100"), "x", 50, false},
-		{"OtherPrecondition", broker(406, "PRECONDITION_FAILED - unknown delivery tag 7"), "x", 500, false},
-		{"ConnectionForced", broker(320, "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"), "x", 10, false},
-		{"SocketGone", &amqp.Error{Code: amqp.FrameError, Reason: "read tcp: connection reset by peer"}, "x", 10, false},
-		{"InternalError", broker(541, "INTERNAL_ERROR"), "x", 10, false},
+		{"OwnClose", nil, "x", 10, "retryable"},
+		{"MissingExchangeOfThisMessage", broker(404, "NOT_FOUND - no exchange 'events' in vhost '/'"), "events", 10, "permanent"},
+		{"MissingExchangeOfAnotherMessage", broker(404, "NOT_FOUND - no exchange 'other' in vhost '/'"), "events", 10, "retryable"},
+		{"PrefixOfAnotherExchange", broker(404, "NOT_FOUND - no exchange 'events.x' in vhost '/'"), "events", 10, "retryable"},
+		{"WriteRefused", broker(403, "ACCESS_REFUSED - write access to exchange 'events' in vhost '/' refused for user 'app'"), "events", 10, "unavailable"},
+		{"WriteRefusedOnDefaultExchange", broker(403, "ACCESS_REFUSED - write access to exchange 'amq.default' in vhost '/' refused for user 'app'"), "", 10, "unavailable"},
+		{"TooLarge", broker(406, "PRECONDITION_FAILED - message size 200 is larger than configured max size 100"), "x", 200, "permanent"},
+		{"SmallMessageOnChannelKilledByLargeOne", broker(406, "PRECONDITION_FAILED - message size 200 is larger than configured max size 100"), "x", 50, "retryable"},
+		{"OtherPrecondition", broker(406, "PRECONDITION_FAILED - unknown delivery tag 7"), "x", 500, "retryable"},
+		{"ConnectionForced", broker(320, "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"), "x", 10, "retryable"},
+		{"SocketGone", &amqp.Error{Code: amqp.FrameError, Reason: "read tcp: connection reset by peer"}, "x", 10, "retryable"},
+		{"InternalError", broker(541, "INTERNAL_ERROR"), "x", 10, "retryable"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			err := amqpsink.ClassifyClose(tt.err, tt.exchange, tt.size)
-			if tt.permanent {
-				require.True(t, outbox.IsPermanent(err), "want permanent, got %v", err)
-			} else {
-				require.True(t, outbox.IsRetryable(err), "want retryable, got %v", err)
-			}
+			require.Equal(t, tt.want == "permanent", outbox.IsPermanent(err), "want %s, got %v", tt.want, err)
+			require.Equal(t, tt.want == "unavailable", outbox.IsUnavailable(err), "want %s, got %v", tt.want, err)
+			require.Equal(t, tt.want == "retryable", outbox.IsRetryable(err), "want %s, got %v", tt.want, err)
 			if tt.err != nil {
 				var ae *amqp.Error
 				require.ErrorAs(t, err, &ae, "the broker's error stays inspectable")
