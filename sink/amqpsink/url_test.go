@@ -137,11 +137,11 @@ func TestClassifyClose(t *testing.T) {
 		return &amqp.Error{Code: code, Reason: reason, Server: true}
 	}
 	for _, tt := range []struct {
-		name      string
-		err       *amqp.Error
-		exchange  string
-		size      int
-		want      string
+		name     string
+		err      *amqp.Error
+		exchange string
+		size     int
+		want     string
 	}{
 		{"OwnClose", nil, "x", 10, "retryable"},
 		{"MissingExchangeOfThisMessage", broker(404, "NOT_FOUND - no exchange 'events' in vhost '/'"), "events", 10, "permanent"},
