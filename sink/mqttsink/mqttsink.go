@@ -21,8 +21,11 @@
 //   - PUBACK 0x00 Success or 0x10 No matching subscribers: delivered (the
 //     broker accepted the message; who subscribes is not the sink's
 //     business).
-//   - PUBACK 0x87 Not authorized, 0x90 Topic Name invalid, 0x99 Payload
-//     format invalid: [outbox.Permanent].
+//   - PUBACK 0x90 Topic Name invalid, 0x99 Payload format invalid:
+//     [outbox.Permanent].
+//   - PUBACK 0x87 Not authorized (an ACL denies the topic):
+//     [outbox.Unavailable], a condition of the sink's credentials (an ACL
+//     changed during a rotation, a grant not made yet), not of the message.
 //   - PUBACK 0x80 Unspecified error, 0x83 Implementation specific error,
 //     0x91 Packet Identifier in use, 0x97 Quota exceeded and any other
 //     failure code: [outbox.Retryable].
@@ -31,8 +34,9 @@
 //     while the broker refuses the connection itself for a reason only
 //     configuration can fix (CONNACK 0x84 unsupported protocol version, 0x85
 //     client identifier not valid, 0x86 bad user name or password, 0x87 not
-//     authorized, 0x8A banned, 0x8C bad authentication method):
-//     [outbox.Permanent].
+//     authorized, 0x8A banned, 0x8C bad authentication method), or the TLS
+//     handshake fails over a certificate: [outbox.Unavailable], so a
+//     password rotation delays messages without spending their attempts.
 //   - A message the broker cannot take whatever happens (a PUBLISH larger
 //     than the broker's Maximum Packet Size, a topic or metadata that is not
 //     valid MQTT UTF-8, a topic starting with '$'): [outbox.Permanent],
@@ -404,8 +408,8 @@ func (s *Sink) awaitConnection(ctx context.Context, topic string) (context.Conte
 		if conn != nil {
 			return conn, maxPacket, nil
 		}
-		if refused != nil && connackPermanent(refused) {
-			return nil, 0, outbox.Permanent(fmt.Errorf("mqttsink: PUBLISH %s on %s: broker refuses the connection: %w", topic, s.addr, refused))
+		if refused != nil && isRefusal(refused) {
+			return nil, 0, outbox.Unavailable(fmt.Errorf("mqttsink: PUBLISH %s on %s: broker refuses the connection: %w", topic, s.addr, refused))
 		}
 		select {
 		case <-changed:
@@ -503,9 +507,13 @@ func classifyPuback(code byte, reason, op string) error {
 	}
 	err := errors.New(text)
 	switch code {
-	case 0x87, 0x90, 0x99:
-		// Not authorized (an ACL denies the topic), Topic Name invalid,
-		// Payload format invalid: the same message meets the same answer.
+	case 0x87:
+		// Not authorized: an ACL denies the topic to the sink's user, which
+		// an operator fixes on the broker.
+		return outbox.Unavailable(err)
+	case 0x90, 0x99:
+		// Topic Name invalid, Payload format invalid: the same message
+		// meets the same answer.
 		return outbox.Permanent(err)
 	default:
 		// Unspecified and implementation-specific errors, a packet id
@@ -525,10 +533,14 @@ var pubackNames = map[byte]string{
 	0x99: "Payload format invalid",
 }
 
-// connackPermanent reports a connection refusal that only configuration can
-// fix; other refusals (server unavailable or busy, quota, rate limits) and
-// network failures pass.
-func connackPermanent(err error) bool {
+// isRefusal reports a connection refusal that only configuration can fix
+// (credentials, client id, protocol version, a certificate either side
+// refuses); other refusals (server unavailable or busy, quota, rate limits)
+// and network failures pass.
+func isRefusal(err error) bool {
+	if sinkutil.IsCertificateError(err) {
+		return true
+	}
 	var ce *autopaho.ConnackError
 	if !errors.As(err, &ce) {
 		return false

@@ -142,26 +142,24 @@ func TestRejectedBeforeSending(t *testing.T) {
 func TestClassifyPuback(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		code      byte
-		permanent bool
-		name      string
+		code byte
+		want string
+		name string
 	}{
-		{0x80, false, "Unspecified error"},
-		{0x83, false, "Implementation specific error"},
-		{0x87, true, "Not authorized"},
-		{0x90, true, "Topic Name invalid"},
-		{0x91, false, "Packet Identifier in use"},
-		{0x97, false, "Quota exceeded"},
-		{0x99, true, "Payload format invalid"},
-		{0xA0, false, "reason code 0xa0"},
+		{0x80, "retryable", "Unspecified error"},
+		{0x83, "retryable", "Implementation specific error"},
+		{0x87, "unavailable", "Not authorized"},
+		{0x90, "permanent", "Topic Name invalid"},
+		{0x91, "retryable", "Packet Identifier in use"},
+		{0x97, "retryable", "Quota exceeded"},
+		{0x99, "permanent", "Payload format invalid"},
+		{0xA0, "retryable", "reason code 0xa0"},
 	} {
 		err := mqttsink.ClassifyPuback(tt.code, "because", "PUBLISH t on h")
 		require.Error(t, err)
-		if tt.permanent {
-			require.True(t, outbox.IsPermanent(err), "0x%02X: want permanent, got %v", tt.code, err)
-		} else {
-			require.True(t, outbox.IsRetryable(err), "0x%02X: want retryable, got %v", tt.code, err)
-		}
+		require.Equal(t, tt.want == "permanent", outbox.IsPermanent(err), "0x%02X: want %s, got %v", tt.code, tt.want, err)
+		require.Equal(t, tt.want == "unavailable", outbox.IsUnavailable(err), "0x%02X: want %s, got %v", tt.code, tt.want, err)
+		require.Equal(t, tt.want == "retryable", outbox.IsRetryable(err), "0x%02X: want %s, got %v", tt.code, tt.want, err)
 		require.Contains(t, err.Error(), tt.name)
 		require.Contains(t, err.Error(), "because")
 	}
@@ -307,7 +305,10 @@ func TestPubackOnTheWire(t *testing.T) {
 		switch code {
 		case 0x00, 0x10:
 			require.NoError(t, err, event)
-		case 0x87, 0x90, 0x99:
+		case 0x87:
+			require.True(t, outbox.IsUnavailable(err), "%s: want unavailable, got %v", event, err)
+			require.Contains(t, err.Error(), "scripted", "the broker's reason string is kept")
+		case 0x90, 0x99:
 			require.True(t, outbox.IsPermanent(err), "%s: want permanent, got %v", event, err)
 			require.Contains(t, err.Error(), "scripted", "the broker's reason string is kept")
 		default:
@@ -365,9 +366,9 @@ func TestConnectionLostBeforePuback(t *testing.T) {
 func TestConnectionRefused(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		name      string
-		code      byte
-		permanent bool
+		name    string
+		code    byte
+		refused bool
 	}{
 		{"BadUserNameOrPassword", 0x86, true},
 		{"NotAuthorized", 0x87, true},
@@ -388,11 +389,12 @@ func TestConnectionRefused(t *testing.T) {
 				ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 				defer cancel()
 				perr = s.Publish(ctx, sinktest.NewMessage("a"))
-				return outbox.IsPermanent(perr) || !tt.permanent && strings.Contains(fmtErr(perr), "last attempt")
+				return outbox.IsUnavailable(perr) || !tt.refused && strings.Contains(fmtErr(perr), "last attempt")
 			}, 10*time.Second, 10*time.Millisecond)
 			require.Error(t, perr)
 			require.NotContains(t, perr.Error(), "hunter2")
-			if !tt.permanent {
+			require.False(t, outbox.IsPermanent(perr), "a refused connection never spends the message: %v", perr)
+			if !tt.refused {
 				require.True(t, outbox.IsRetryable(perr), "want retryable, got %v", perr)
 			}
 		})
