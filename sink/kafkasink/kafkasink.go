@@ -17,8 +17,13 @@
 //
 //   - Acknowledged by the partition leader after all in-sync replicas: nil.
 //   - No such topic (UNKNOWN_TOPIC_OR_PARTITION) with create_topics off, an
-//     invalid topic name, a message too large, an authorization or SASL
-//     failure, a record or policy the broker rejects: [outbox.Permanent].
+//     invalid topic name, a message too large, a record or policy the
+//     broker rejects: [outbox.Permanent].
+//   - A SASL authentication failure, an authorization failure (topic,
+//     cluster idempotent write) or a TLS certificate either side refuses:
+//     [outbox.Unavailable]. These are conditions of the sink's credentials
+//     (a password or ACL rotation), so the message keeps its attempt and
+//     waits for the cluster to accept again.
 //   - Everything else (connection loss, leader changes, timeouts, a
 //     cancelled context, a closed client, unknown broker errors):
 //     [outbox.Retryable].
@@ -273,7 +278,7 @@ func (s *Sink) Publish(ctx context.Context, msg *outbox.Message) error {
 	if ctx.Err() != nil {
 		return outbox.Retryable(fmt.Errorf("kafkasink: topic %q: no acknowledgement before the publish context ended: %w", topic, context.Cause(ctx)))
 	}
-	return outbox.Permanent(fmt.Errorf("kafkasink: topic %q: connecting to the cluster: %w", topic, s.auth.lastErr()))
+	return outbox.Unavailable(fmt.Errorf("kafkasink: topic %q: connecting to the cluster: %w", topic, s.auth.lastErr()))
 }
 
 func (s *Sink) outcome(topic string, err error) error {
@@ -300,11 +305,11 @@ func (s *Sink) Close() error {
 	return nil
 }
 
-// authWatch learns of authentication failures from the client's connection
-// hook. franz-go treats a failed SASL handshake as a connection error and
-// keeps the records waiting for a connection that will never be let in; the
-// watch lets the publishes waiting at that moment fail as permanent instead
-// of running out their context.
+// authWatch learns of authentication and certificate failures from the
+// client's connection hook. franz-go treats a failed SASL or TLS handshake as
+// a connection error and keeps the records waiting for a connection that
+// will not be let in; the watch lets the publishes waiting at that moment
+// fail as unavailable instead of running out their context.
 type authWatch struct {
 	mu  sync.Mutex
 	ch  chan struct{} // closed at the next authentication failure
@@ -328,7 +333,7 @@ func (w *authWatch) lastErr() error {
 
 // OnBrokerConnect implements kgo.HookBrokerConnect.
 func (w *authWatch) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
-	if !isAuthErr(err) {
+	if !isAuthErr(err) && !sinkutil.IsCertificateError(err) {
 		return
 	}
 	w.mu.Lock()
@@ -354,6 +359,11 @@ var permanent = []error{
 	kerr.PolicyViolation,
 	kerr.InvalidRequiredAcks,
 	kerr.UnsupportedForMessageFormat,
+}
+
+// refusals lists the broker errors refusing the sink's credentials: the
+// operator must act, but on the cluster's users and ACLs, not the message.
+var refusals = []error{
 	kerr.TopicAuthorizationFailed,
 	kerr.ClusterAuthorizationFailed,
 	kerr.TransactionalIDAuthorizationFailed,
@@ -374,6 +384,14 @@ func (s *Sink) classify(topic string, err error) error {
 			return outbox.Retryable(wrapped)
 		}
 		return outbox.Permanent(fmt.Errorf("%w (create the topic, or set create_topics=true)", wrapped))
+	}
+	for _, p := range refusals {
+		if errors.Is(err, p) {
+			return outbox.Unavailable(wrapped)
+		}
+	}
+	if sinkutil.IsCertificateError(err) {
+		return outbox.Unavailable(wrapped)
 	}
 	for _, p := range permanent {
 		if errors.Is(err, p) {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -268,7 +270,7 @@ func randomJSON(t testing.TB, n int) []byte {
 	return []byte(`"` + base64.StdEncoding.EncodeToString(b) + `"`)
 }
 
-func TestAuthorizationFailuresArePermanent(t *testing.T) {
+func TestAuthorizationFailuresAreUnavailable(t *testing.T) {
 	t.Parallel()
 	acl := func(res kmsg.ACLResourceType, name string, op kmsg.ACLOperation) kfake.ACL {
 		return kfake.ACL{Resource: res, Name: name, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: op, Allow: true}
@@ -293,7 +295,7 @@ func TestAuthorizationFailuresArePermanent(t *testing.T) {
 			t.Parallel()
 			s := newSink(t, "kafka://"+tt.user+":pw@"+clusterAddr(c)+"?sasl=plain&topic=locked", nil)
 			err := publish(t, s, sinktest.NewMessage("a"), 10*time.Second)
-			require.True(t, outbox.IsPermanent(err), "want permanent, got %v", err)
+			require.True(t, outbox.IsUnavailable(err), "want unavailable, got %v", err)
 			require.ErrorIs(t, err, tt.want)
 		})
 	}
@@ -326,7 +328,7 @@ func TestSASLMechanisms(t *testing.T) {
 	}
 }
 
-func TestSASLAuthenticationFailureIsPermanent(t *testing.T) {
+func TestSASLAuthenticationFailureIsUnavailable(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, kfake.EnableSASL(), kfake.Superuser("PLAIN", "u", "right"), kfake.SeedTopics(1, "t"))
 	// A real broker answers bad credentials with SASL_AUTHENTICATION_FAILED
@@ -343,7 +345,7 @@ func TestSASLAuthenticationFailureIsPermanent(t *testing.T) {
 	s := newSink(t, "kafka://u:wrong@"+clusterAddr(c)+"?sasl=plain&topic=t", nil)
 	start := time.Now()
 	err := publish(t, s, sinktest.NewMessage("a"), 20*time.Second)
-	require.True(t, outbox.IsPermanent(err), "want permanent, got %v", err)
+	require.True(t, outbox.IsUnavailable(err), "want unavailable, got %v", err)
 	require.ErrorIs(t, err, kerr.SaslAuthenticationFailed)
 	require.NotContains(t, err.Error(), "wrong")
 	require.Less(t, time.Since(start), 10*time.Second, "an authentication failure should not wait out the context")
@@ -360,7 +362,7 @@ func TestBrokerErrorClassification(t *testing.T) {
 		{"InvalidRecord", kerr.InvalidRecord, true, "permanent"},
 		{"PolicyViolation", kerr.PolicyViolation, true, "permanent"},
 		{"InvalidTopic", kerr.InvalidTopicException, true, "permanent"},
-		{"TopicAuthorization", kerr.TopicAuthorizationFailed, true, "permanent"},
+		{"TopicAuthorization", kerr.TopicAuthorizationFailed, true, "unavailable"},
 		{"RetriableOnceIsRetriedByTheClient", kerr.NotEnoughReplicas, false, "ok"},
 		{"RetriableAlwaysRunsOutTheContext", kerr.NotEnoughReplicas, true, "retryable"},
 		{"UnknownNonRetriableIsRetryable", kerr.InvalidTimestamp, true, "retryable"},
@@ -382,6 +384,9 @@ func TestBrokerErrorClassification(t *testing.T) {
 				require.NoError(t, err)
 			case "permanent":
 				require.True(t, outbox.IsPermanent(err), "want permanent, got %v", err)
+				require.ErrorIs(t, err, tt.err)
+			case "unavailable":
+				require.True(t, outbox.IsUnavailable(err), "want unavailable, got %v", err)
 				require.ErrorIs(t, err, tt.err)
 			case "retryable":
 				require.True(t, outbox.IsRetryable(err), "want retryable, got %v", err)
@@ -413,38 +418,40 @@ func TestClassify(t *testing.T) {
 		name         string
 		err          error
 		createTopics bool
-		permanent    bool
+		want         string
 	}{
-		{"Canceled", context.Canceled, false, false},
-		{"DeadlineExceeded", context.DeadlineExceeded, false, false},
-		{"ClientClosed", kgo.ErrClientClosed, false, false},
-		{"RecordTimeout", kgo.ErrRecordTimeout, false, false},
-		{"RecordRetries", kgo.ErrRecordRetries, false, false},
-		{"ConnectionLost", &net.OpError{Op: "read", Err: errors.New("connection reset by peer")}, false, false},
-		{"EOF", io.EOF, false, false},
-		{"NotLeader", kerr.NotLeaderForPartition, false, false},
-		{"RequestTimedOut", kerr.RequestTimedOut, false, false},
-		{"CorruptMessage", kerr.CorruptMessage, false, false},
-		{"UnknownBrokerError", kerr.InvalidTimestamp, false, false},
-		{"UnknownTopic", kerr.UnknownTopicOrPartition, false, true},
-		{"UnknownTopicID", kerr.UnknownTopicID, false, true},
-		{"UnknownTopicWhileCreating", kerr.UnknownTopicOrPartition, true, false},
-		{"WrappedTooLarge", fmt.Errorf("%w (uncompressed_bytes=9)", kerr.MessageTooLarge), false, true},
-		{"RecordListTooLarge", kerr.RecordListTooLarge, false, true},
-		{"InvalidTopic", kerr.InvalidTopicException, false, true},
-		{"InvalidRecord", kerr.InvalidRecord, false, true},
-		{"TopicAuthorization", kerr.TopicAuthorizationFailed, false, true},
-		{"ClusterAuthorization", kerr.ClusterAuthorizationFailed, false, true},
-		{"SASLFailed", kerr.SaslAuthenticationFailed, false, true},
-		{"UnsupportedSASL", kerr.UnsupportedSaslMechanism, false, true},
+		{"Canceled", context.Canceled, false, "retryable"},
+		{"DeadlineExceeded", context.DeadlineExceeded, false, "retryable"},
+		{"ClientClosed", kgo.ErrClientClosed, false, "retryable"},
+		{"RecordTimeout", kgo.ErrRecordTimeout, false, "retryable"},
+		{"RecordRetries", kgo.ErrRecordRetries, false, "retryable"},
+		{"ConnectionLost", &net.OpError{Op: "read", Err: errors.New("connection reset by peer")}, false, "retryable"},
+		{"EOF", io.EOF, false, "retryable"},
+		{"NotLeader", kerr.NotLeaderForPartition, false, "retryable"},
+		{"RequestTimedOut", kerr.RequestTimedOut, false, "retryable"},
+		{"CorruptMessage", kerr.CorruptMessage, false, "retryable"},
+		{"UnknownBrokerError", kerr.InvalidTimestamp, false, "retryable"},
+		{"UnknownTopic", kerr.UnknownTopicOrPartition, false, "permanent"},
+		{"UnknownTopicID", kerr.UnknownTopicID, false, "permanent"},
+		{"UnknownTopicWhileCreating", kerr.UnknownTopicOrPartition, true, "retryable"},
+		{"WrappedTooLarge", fmt.Errorf("%w (uncompressed_bytes=9)", kerr.MessageTooLarge), false, "permanent"},
+		{"RecordListTooLarge", kerr.RecordListTooLarge, false, "permanent"},
+		{"InvalidTopic", kerr.InvalidTopicException, false, "permanent"},
+		{"InvalidRecord", kerr.InvalidRecord, false, "permanent"},
+		{"TopicAuthorization", kerr.TopicAuthorizationFailed, false, "unavailable"},
+		{"ClusterAuthorization", kerr.ClusterAuthorizationFailed, false, "unavailable"},
+		{"SASLFailed", kerr.SaslAuthenticationFailed, false, "unavailable"},
+		{"UnsupportedSASL", kerr.UnsupportedSaslMechanism, false, "unavailable"},
+		{"UntrustedCertificate", &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}, false, "unavailable"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			got := kafkasink.Classify(tt.createTopics, tt.err)
 			require.ErrorIs(t, got, tt.err)
-			require.Equal(t, tt.permanent, outbox.IsPermanent(got), "%v", got)
-			require.Equal(t, !tt.permanent, outbox.IsRetryable(got), "%v", got)
+			require.Equal(t, tt.want == "permanent", outbox.IsPermanent(got), "%v", got)
+			require.Equal(t, tt.want == "unavailable", outbox.IsUnavailable(got), "%v", got)
+			require.Equal(t, tt.want == "retryable", outbox.IsRetryable(got), "%v", got)
 		})
 	}
 }
