@@ -16,8 +16,10 @@ import (
 // permissions on the vhost while the sink runs: publishes fail as
 // unavailable (the message keeps its attempt), never permanent, and once the
 // permissions are back the same sink delivers.
+//
+// Not parallel: each rabbitmqctl call starts an Erlang VM, seconds of CPU
+// that starve the timing-bound tests running alongside on a small machine.
 func TestVhostPermissionRemovedWhileRunning(t *testing.T) {
-	t.Parallel()
 	a := newAdmin(t)
 	r := a.queue(t, nil, "")
 	user := newUser(t, "pw", ".*", ".*", ".*")
