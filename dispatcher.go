@@ -37,6 +37,7 @@ type Dispatcher struct {
 	freed     chan struct{} // the completer finalized rows (capacity 1)
 	listening atomic.Bool
 	stats     counters
+	breaker   breaker
 
 	// flights are the rows whose publish has started and that are not yet
 	// finalized, for heartbeats; only kept when heartbeats are on. Keyed by
@@ -305,6 +306,13 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 			}
 			continue
 		}
+		batch, wait, extra := d.claimGate(inflight.Load())
+		if batch == 0 {
+			if !sleep(extra, wait) {
+				return
+			}
+			continue
+		}
 		start := time.Now()
 		// The claim is not cancelled by shutdown: a claim cut off after the
 		// server committed it would strand its rows until their leases
@@ -312,7 +320,7 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 		claimCtx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		params := store.ClaimParams{
 			Owner:       d.cfg.Owner,
-			Batch:       d.cfg.BatchSize,
+			Batch:       batch,
 			Lease:       d.cfg.Lease,
 			MaxAttempts: d.cfg.MaxAttempts,
 			ClearWait:   clearWait,
@@ -327,6 +335,7 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 			rows, dbNow, err = d.store.Claim(claimCtx, d.pool, params, buf)
 		}
 		cancelClaim()
+		d.breaker.claimed(len(rows))
 		d.stats.claims.Add(1)
 		d.hook.OnClaim(ClaimEvent{Rows: len(rows), Duration: time.Since(start), Err: err})
 		if err != nil {
@@ -414,6 +423,22 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 		}
 		clearWait = waiting
 	}
+}
+
+// claimGate is how many rows the next claim may take: a batch, one row as
+// the probe of a paused sink, or none, in which case the fetcher sleeps for
+// wait or until extra fires (the probe's finalize).
+func (d *Dispatcher) claimGate(inflight int64) (batch int, wait time.Duration, extra <-chan struct{}) {
+	limit, wait := d.breaker.gate(inflight)
+	switch {
+	case wait > 0:
+		return 0, wait, nil
+	case limit == 0:
+		return 0, d.cfg.PollInterval, d.freed
+	case limit > 0:
+		return min(limit, d.cfg.BatchSize), 0, nil
+	}
+	return d.cfg.BatchSize, 0, nil
 }
 
 // headFreed is what, besides a notification, ends an idle wait: in ordered

@@ -18,6 +18,9 @@ type Hook interface {
 	OnSettle(SettleEvent)
 	// OnHeartbeat follows every lease-extending heartbeat statement.
 	OnHeartbeat(HeartbeatEvent)
+	// OnSinkPause reports the sink paused (it reported [Unavailable]) and
+	// resumed (it answered a probe otherwise).
+	OnSinkPause(SinkPauseEvent)
 }
 
 // BaseHook implements [Hook] with methods that do nothing.
@@ -27,6 +30,17 @@ func (BaseHook) OnClaim(ClaimEvent)         {}
 func (BaseHook) OnFinalize(FinalizeEvent)   {}
 func (BaseHook) OnSettle(SettleEvent)       {}
 func (BaseHook) OnHeartbeat(HeartbeatEvent) {}
+func (BaseHook) OnSinkPause(SinkPauseEvent) {}
+
+// SinkPauseEvent describes the sink pausing or resuming. While paused the
+// dispatcher claims nothing, releases rows it has not started (attempt
+// refunded), and claims one row as a probe after Pause.
+type SinkPauseEvent struct {
+	Paused bool
+	// Pause is how long until the probe; Err what the sink reported.
+	Pause time.Duration
+	Err   error
+}
 
 // ClaimEvent describes one claim statement.
 type ClaimEvent struct {

@@ -27,12 +27,16 @@ type Stats struct {
 	// HeartbeatInterval with heartbeats on, whose leases were then left to
 	// expire.
 	HungPublishes int64
+	// SinkPauses counts the pauses of the sink after it reported itself
+	// [Unavailable].
+	SinkPauses int64
 }
 
 type counters struct {
 	claims, finalizes, claimed              atomic.Int64
 	done, retried, deferred, dead, released atomic.Int64
 	leaseLost, wakeups, heartbeats, hung    atomic.Int64
+	sinkPauses                              atomic.Int64
 }
 
 func (c *counters) count(k outcomeKind) {
@@ -58,5 +62,6 @@ func (d *Dispatcher) Stats() Stats {
 		Done: c.done.Load(), Retried: c.retried.Load(), Deferred: c.deferred.Load(),
 		Dead: c.dead.Load(), Released: c.released.Load(), LeaseLost: c.leaseLost.Load(),
 		Wakeups: c.wakeups.Load(), Heartbeats: c.heartbeats.Load(), HungPublishes: c.hung.Load(),
+		SinkPauses: c.sinkPauses.Load(),
 	}
 }

@@ -23,6 +23,9 @@ func (d *Dispatcher) process(ctx context.Context, j *job) result {
 	if ctx.Err() != nil {
 		return d.release(j, "released at shutdown")
 	}
+	if d.breaker.paused() {
+		return d.release(j, "released unpublished: sink unavailable")
+	}
 	remaining := j.untilDeadline()
 	if remaining < min(d.cfg.PublishTimeout, d.cfg.Lease)/10 {
 		// Waited in its batch until its lease nearly ran out: a publish
@@ -49,6 +52,7 @@ func (d *Dispatcher) process(ctx context.Context, j *job) result {
 	failpoint.Hit("after-publish")
 	j.publishDur = time.Since(time.Unix(0, j.started.Load()))
 	j.phase.Store(phasePublished)
+	d.observeSink(err)
 	if capped && err != nil && errors.Is(pctx.Err(), context.DeadlineExceeded) && transient(err) {
 		// Timed out at the lease's end, not at PublishTimeout: the
 		// message's attempt is not spent on the lease running short.

@@ -43,6 +43,8 @@ var contract = map[string]metricSpec{
 	"outbox_heartbeats_total":             {counter, []string{"table"}},
 	"outbox_heartbeat_lost_leases_total":  {counter, []string{"table"}},
 	"outbox_hung_publishes_total":         {counter, []string{"table"}},
+	"outbox_sink_paused":                  {gauge, []string{"table", "sink"}},
+	"outbox_sink_pauses_total":            {counter, []string{"table", "sink"}},
 	"outbox_dispatcher_up":                {gauge, []string{"table"}},
 }
 

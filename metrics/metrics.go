@@ -28,11 +28,14 @@
 //	outbox_heartbeats_total                       counter
 //	outbox_heartbeat_lost_leases_total            counter
 //	outbox_hung_publishes_total                   counter: publishes past their timeout whose leases were let go
+//	outbox_sink_paused{sink}                      gauge: 1 while the sink is paused (it reported itself unavailable)
+//	outbox_sink_pauses_total{sink}                counter
 //	outbox_dispatcher_up                          gauge: 1 while the dispatcher runs
 package metrics
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -135,6 +138,8 @@ type Metrics struct {
 	heartbeats       prometheus.Counter
 	heartbeatLost    prometheus.Counter
 	hungPublishes    prometheus.Counter
+	sinkPaused       prometheus.Gauge
+	sinkPauses       prometheus.Counter
 	up               prometheus.Gauge
 
 	// Readiness state.
@@ -143,6 +148,7 @@ type Metrics struct {
 	interval    time.Duration // zero until StartRefresher
 	lastSuccess time.Time
 	lastErr     error
+	pausedBy    error // the sink's error while it is paused
 }
 
 // New creates the metrics and registers them. opts may be nil. It panics if
@@ -232,6 +238,10 @@ func New(opts *Options) *Metrics {
 			"Leases a heartbeat found lost, whose publishes were cancelled."),
 		hungPublishes: counter("outbox_hung_publishes_total",
 			"Publishes found running past the publish timeout plus one heartbeat interval (a sink that ignores its context); their leases are no longer extended, so another dispatcher takes the rows over."),
+		sinkPaused: prometheus.NewGauge(prometheus.GaugeOpts{Name: "outbox_sink_paused", ConstLabels: sink,
+			Help: "1 while the sink is paused because it reported itself unavailable (credentials, authorization, certificates): nothing is claimed and a probe retries it after a backoff."}),
+		sinkPauses: prometheus.NewCounter(prometheus.CounterOpts{Name: "outbox_sink_pauses_total", ConstLabels: sink,
+			Help: "Times the sink was paused because it reported itself unavailable."}),
 		up: gauge("outbox_dispatcher_up",
 			"1 while the dispatcher runs, else 0."),
 	}
@@ -247,7 +257,7 @@ func New(opts *Options) *Metrics {
 		m.publishes, m.publishDuration, m.deliveryLag,
 		m.claimBatch, m.claimDuration, m.claimErrors,
 		m.finalizeDuration, m.finalizeErrors, m.fencedFinalizes,
-		m.heartbeats, m.heartbeatLost, m.hungPublishes, m.up,
+		m.heartbeats, m.heartbeatLost, m.hungPublishes, m.sinkPaused, m.sinkPauses, m.up,
 	)
 	return m
 }
@@ -298,6 +308,22 @@ func (h hook) OnHeartbeat(ev outbox.HeartbeatEvent) {
 	}
 	h.m.heartbeatLost.Add(float64(ev.LeaseLost))
 	h.m.hungPublishes.Add(float64(ev.Hung))
+}
+
+func (h hook) OnSinkPause(ev outbox.SinkPauseEvent) {
+	h.m.mu.Lock()
+	defer h.m.mu.Unlock()
+	if !ev.Paused {
+		h.m.pausedBy = nil
+		h.m.sinkPaused.Set(0)
+		return
+	}
+	h.m.pausedBy = ev.Err
+	if h.m.pausedBy == nil {
+		h.m.pausedBy = errors.New("unavailable")
+	}
+	h.m.sinkPaused.Set(1)
+	h.m.sinkPauses.Inc()
 }
 
 // SetUp sets outbox_dispatcher_up, and with it readiness: true once the
@@ -377,8 +403,9 @@ func (m *Metrics) refresh(ctx context.Context, admin *outbox.Admin, timeout time
 }
 
 // Ready reports whether the process is ready, and if not, why in one line:
-// ready means the dispatcher runs (see [Metrics.SetUp]) and a database
-// refresh succeeded within the last three refresh intervals.
+// ready means the dispatcher runs (see [Metrics.SetUp]), its sink is not
+// paused (it reported itself unavailable), and a database refresh
+// succeeded within the last three refresh intervals.
 func (m *Metrics) Ready() (bool, string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -391,6 +418,8 @@ func (m *Metrics) Ready() (bool, string) {
 	switch {
 	case !m.running:
 		return false, "dispatcher not running"
+	case m.pausedBy != nil:
+		return false, "sink paused: " + strings.Join(strings.Fields(m.pausedBy.Error()), " ")
 	case m.interval == 0:
 		return false, "database refresher not started"
 	case m.lastSuccess.IsZero():

@@ -44,6 +44,8 @@ var contract = map[string]struct {
 	"outbox_heartbeats_total":             {dto.MetricType_COUNTER, []string{"table"}},
 	"outbox_heartbeat_lost_leases_total":  {dto.MetricType_COUNTER, []string{"table"}},
 	"outbox_hung_publishes_total":         {dto.MetricType_COUNTER, []string{"table"}},
+	"outbox_sink_paused":                  {dto.MetricType_GAUGE, []string{"table", "sink"}},
+	"outbox_sink_pauses_total":            {dto.MetricType_COUNTER, []string{"table", "sink"}},
 	"outbox_dispatcher_up":                {dto.MetricType_GAUGE, []string{"table"}},
 }
 
@@ -551,4 +553,19 @@ func TestServe(t *testing.T) {
 			t.Fatal("Serve did not return after its context ended")
 		}
 	})
+}
+
+func TestSinkPauseIsAReadinessReason(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := metrics.New(&metrics.Options{Registerer: reg, Sink: "redis"})
+	m.SetUp(true)
+	h := m.Hook()
+	h.OnSinkPause(outbox.SinkPauseEvent{Paused: true, Pause: time.Second, Err: errors.New("NOAUTH\nauthentication required")})
+	ok, reason := m.Ready()
+	require.False(t, ok)
+	require.Equal(t, "sink paused: NOAUTH authentication required", reason)
+	h.OnSinkPause(outbox.SinkPauseEvent{Paused: false})
+	_, reason = m.Ready()
+	require.NotContains(t, reason, "sink paused")
 }

@@ -1,0 +1,123 @@
+package outbox
+
+import (
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Bounds of the pause after a sink reports itself unavailable: the first
+// pause lasts SinkPauseMin, each probe refused again doubles it, up to
+// SinkPauseMax.
+const (
+	SinkPauseMin = time.Second
+	SinkPauseMax = time.Minute
+)
+
+// breaker pauses the whole sink while it reports [Unavailable] (a
+// credential or certificate problem concerns every message, not one): no
+// claims, unstarted rows released, then one row claimed as a probe after
+// a backoff. Any answer of the sink other than Unavailable closes it.
+type breaker struct {
+	mu       sync.Mutex
+	state    breakerState
+	until    time.Time     // open: when to probe
+	pause    time.Duration // the current pause
+	probeOut bool          // probing: the probe row is claimed
+}
+
+type breakerState uint8
+
+const (
+	breakerClosed breakerState = iota
+	breakerOpen
+	breakerProbing
+)
+
+// trip opens the breaker; tripped is false when it was already open (a
+// publish that started before the pause), so each pause is reported once.
+func (b *breaker) trip() (pause time.Duration, tripped bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case breakerOpen:
+		return 0, false
+	case breakerProbing:
+		b.pause = min(2*b.pause, SinkPauseMax)
+	default:
+		b.pause = SinkPauseMin
+	}
+	b.state, b.until, b.probeOut = breakerOpen, time.Now().Add(b.pause), false
+	return b.pause, true
+}
+
+// answered closes the breaker; resumed reports that it was not closed.
+func (b *breaker) answered() (resumed bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == breakerClosed {
+		return false
+	}
+	b.state, b.probeOut = breakerClosed, false
+	return true
+}
+
+// paused reports whether unstarted rows are to be released.
+func (b *breaker) paused() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.state == breakerOpen
+}
+
+// gate says how many rows the next claim may take (-1: no limit) or how
+// long to wait first. A probe that ended without an answer (released, or
+// nothing to claim) lets the next claim probe again.
+func (b *breaker) gate(inflight int64) (limit int, wait time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case breakerOpen:
+		if wait := time.Until(b.until); wait > 0 {
+			return 0, wait
+		}
+		b.state = breakerProbing
+	case breakerClosed:
+		return -1, 0
+	}
+	if b.probeOut && inflight == 0 {
+		b.probeOut = false
+	}
+	if b.probeOut {
+		return 0, 0
+	}
+	return 1, 0
+}
+
+// claimed records that a probing claim took rows.
+func (b *breaker) claimed(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == breakerProbing && n > 0 {
+		b.probeOut = true
+	}
+}
+
+// observeSink feeds a publish's result to the breaker, reporting a pause
+// and a resumption once each.
+func (d *Dispatcher) observeSink(err error) {
+	if IsUnavailable(err) {
+		pause, tripped := d.breaker.trip()
+		if !tripped {
+			return
+		}
+		d.stats.sinkPauses.Add(1)
+		d.log.Error("sink unavailable; pausing claims and releasing unstarted rows",
+			slog.Any("error", err), slog.Duration("probe_in", pause))
+		d.hook.OnSinkPause(SinkPauseEvent{Paused: true, Pause: pause, Err: err})
+		return
+	}
+	if d.breaker.answered() {
+		d.log.Info("sink answered again; resuming claims")
+		d.hook.OnSinkPause(SinkPauseEvent{Paused: false})
+	}
+}
