@@ -43,13 +43,60 @@ func NewAdmin(db DB, table string) (*Admin, error) {
 	return &Admin{db: db, store: st}, nil
 }
 
-// Migrate creates the table, its indexes and its wake-up trigger if missing.
-// It is idempotent and safe to run concurrently (an advisory lock serialises it).
+// Migrate creates the table, its indexes and its wake-up trigger if
+// missing, and upgrades a table of an earlier version. It is idempotent and
+// safe to run concurrently (an advisory lock serialises it); on a current
+// table it only reads the catalog and takes no lock on the table. See
+// [Admin.MigrateWith].
 func (a *Admin) Migrate(ctx context.Context) error {
-	if err := a.store.Migrate(ctx, a.db); err != nil {
-		return fmt.Errorf("outbox: migrate: %w", err)
+	_, err := a.MigrateWith(ctx, nil)
+	return err
+}
+
+// MigrateLockTimeoutDefault is the default of [MigrateOptions.LockTimeout].
+const MigrateLockTimeoutDefault = store.MigrateLockTimeoutDefault
+
+// MigrateOptions tune [Admin.MigrateWith]; nil means the defaults.
+type MigrateOptions struct {
+	// DryRun changes nothing: the result holds the SQL a migration would
+	// run, empty for a current table.
+	DryRun bool
+	// LockTimeout bounds each wait of a DDL statement for its table lock
+	// (while it waits, producers' INSERTs queue behind it). A step that
+	// times out is rolled back, logged and retried until ctx ends. Defaults
+	// to MigrateLockTimeoutDefault (2s).
+	LockTimeout time.Duration
+	// Logger is told what the migration applies and what it waits for.
+	// nil discards.
+	Logger *slog.Logger
+}
+
+// MigrateResult is what a migration applied, or with DryRun would apply.
+type MigrateResult struct {
+	// Steps names each step ("002_headers: headers column"), in order;
+	// empty when the table was current.
+	Steps []string
+	// SQL is the script of those steps as they run: transactions with
+	// their lock_timeout, and index builds on a live table CONCURRENTLY.
+	SQL string
+}
+
+// MigrateWith is [Admin.Migrate] with options: a dry run that prints the
+// SQL, a lock timeout, a logger. Each step of each migration checks the
+// catalog first and is skipped when its object is in place. A missing
+// step runs in a transaction whose lock waits are bounded by LockTimeout
+// and retried; an index missing from a table that already exists is built
+// CONCURRENTLY, outside any transaction, so producers keep writing.
+func (a *Admin) MigrateWith(ctx context.Context, o *MigrateOptions) (*MigrateResult, error) {
+	var opts store.MigrateOptions
+	if o != nil {
+		opts = store.MigrateOptions{DryRun: o.DryRun, LockTimeout: o.LockTimeout, Logger: o.Logger}
 	}
-	return nil
+	res, err := a.store.MigrateWith(ctx, a.db, opts)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: migrate: %w", err)
+	}
+	return &MigrateResult{Steps: res.Steps, SQL: res.SQL}, nil
 }
 
 // Status is a snapshot of an outbox table's health. Its JSON form is the

@@ -19,13 +19,29 @@ import (
 )
 
 func runMigrate(ctx context.Context, e *env, args []string) error {
-	var db dbFlags
-	fs := newFlagSet(e, "migrate", "migrate [--dsn DSN] [--table NAME]")
+	var (
+		db          dbFlags
+		lf          logFlags
+		dryRun      bool
+		lockTimeout time.Duration
+	)
+	fs := newFlagSet(e, "migrate", "migrate [--dsn DSN] [--table NAME] [--dry-run] [--lock-timeout 2s]")
 	db.register(fs)
+	lf.register(fs)
+	fs.BoolVar(&dryRun, "dry-run", false, "print the SQL migrate would run (nothing for a current table) and change nothing")
+	durVar(fs, &lockTimeout, "lock-timeout", outbox.MigrateLockTimeoutDefault,
+		"longest wait of a DDL statement for its table lock before it is rolled back and retried")
 	if err := parseLayered(e, fs, &db, args); err != nil {
 		return err
 	}
 	if err := noArgs(fs); err != nil {
+		return err
+	}
+	if lockTimeout <= 0 {
+		return usagef("--lock-timeout must be positive, got %s", lockTimeout)
+	}
+	logger, err := lf.logger(e.stderr)
+	if err != nil {
 		return err
 	}
 	a, pool, err := db.admin(ctx, e)
@@ -33,8 +49,13 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	if err := a.Migrate(ctx); err != nil {
+	res, err := a.MigrateWith(ctx, &outbox.MigrateOptions{DryRun: dryRun, LockTimeout: lockTimeout, Logger: logger})
+	if err != nil {
 		return cleanErr(err)
+	}
+	if dryRun {
+		fmt.Fprint(e.stdout, res.SQL)
+		return nil
 	}
 	fmt.Fprintf(e.stdout, "migrated table %s\n", db.table)
 	return nil

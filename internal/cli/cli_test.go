@@ -47,6 +47,8 @@ func TestCLI(t *testing.T) {
 	}{
 		{"MigrateCreatesTheDesignedTable", testMigrate},
 		{"MigrateConcurrently", testMigrateConcurrently},
+		{"MigrateDryRun", testMigrateDryRun},
+		{"MigrateCurrentTableUnderLock", testMigrateCurrentTableUnderLock},
 		{"Enqueue", testEnqueue},
 		{"RunDrainToStdout", testRunDrainStdout},
 		{"RunDrainToHTTP", testRunDrainHTTP},

@@ -64,3 +64,24 @@ func (t Table) ident(suffix string) string {
 // bare returns a quoted unqualified derived name (index and trigger names
 // take no schema).
 func (t Table) bare(suffix string) string { return pgx.Identifier{t.Name + suffix}.Sanitize() }
+
+// replacer substitutes the table's names for the markers of the embedded
+// SQL: quoted, schema-qualified when the table is.
+func (t Table) replacer() *strings.Replacer {
+	schema := ""
+	if t.Schema != "" {
+		schema = pgx.Identifier{t.Schema}.Sanitize()
+	}
+	return strings.NewReplacer(
+		"{{table}}", t.ident(""),
+		"{{schema}}", schema,
+		"{{waiters}}", t.ident("_waiters"),
+		"{{wake_function}}", t.ident("_wake"),
+		"{{wake_trigger}}", t.bare("_wake"),
+		"{{ready_index}}", t.bare("_ready"),
+		"{{leased_index}}", t.bare("_leased"),
+		"{{aggregate_index}}", t.bare("_aggregate_head"),
+		"{{dead_index}}", t.bare("_dead"),
+		"{{audit}}", t.ident("_audit"),
+	)
+}

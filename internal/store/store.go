@@ -8,7 +8,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
@@ -40,7 +39,6 @@ type Store struct {
 	claim, claimOrdered, finalize, resolve, wait, unwait      string
 	finalizeWritten                                           string
 	status, deadList, deadRetry, deadSkip, purge, undelivered string
-	migrate                                                   string
 	types, heartbeat                                          string
 	gauges, access                                            string
 	seed                                                      SeedStatements
@@ -53,31 +51,24 @@ func New(table string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := strings.NewReplacer(
-		"{{table}}", t.ident(""),
-		"{{waiters}}", t.ident("_waiters"),
-		"{{wake_function}}", t.ident("_wake"),
-		"{{wake_trigger}}", t.bare("_wake"),
-		"{{ready_index}}", t.bare("_ready"),
-		"{{leased_index}}", t.bare("_leased"),
-		"{{aggregate_index}}", t.bare("_aggregate_head"),
-		"{{dead_index}}", t.bare("_dead"),
-		"{{audit}}", t.ident("_audit"),
-	)
-	raw := func(name string) string {
-		b, err := files.ReadFile(name)
-		if err != nil {
-			panic(err) // embedded at build time; absence is a build bug
-		}
-		return string(b)
-	}
-	load := func(name string) string { return r.Replace(raw(name)) }
+	return newStore(t), nil
+}
+
+// Qualified returns the store for the same table named with schema, so
+// that no statement depends on the session's search_path. Callers pass the
+// schema Resolve returned.
+func (s *Store) Qualified(schema string) *Store {
+	return newStore(Table{Schema: schema, Name: s.Table.Name})
+}
+
+func newStore(t Table) *Store {
+	r := t.replacer()
+	load := func(name string) string { return r.Replace(rawSQL(name)) }
 	// Templates are assembled before the names go in: a name may contain
-	// "{{ordered_guard}}" or "$$" itself.
-	reap := strings.TrimSuffix(strings.TrimSpace(stripComments(raw("sql/reap.sql"))), ",") + ","
-	claim := strings.ReplaceAll(raw("sql/claim.sql"), "{{reap}}", reap)
-	claimOrdered := strings.ReplaceAll(raw("sql/claim_ordered.sql"), "{{reap}}", reap)
-	migrate := strings.ReplaceAll(migrations(raw), "$$", dollarTag(t.String()))
+	// "{{reap}}" itself.
+	reap := strings.TrimSuffix(strings.TrimSpace(stripComments(rawSQL("sql/reap.sql"))), ",") + ","
+	claim := strings.ReplaceAll(rawSQL("sql/claim.sql"), "{{reap}}", reap)
+	claimOrdered := strings.ReplaceAll(rawSQL("sql/claim_ordered.sql"), "{{reap}}", reap)
 	return &Store{
 		Table:           t,
 		claim:           r.Replace(claim),
@@ -97,14 +88,22 @@ func New(table string) (*Store, error) {
 		heartbeat:       load("sql/heartbeat.sql"),
 		gauges:          load("sql/gauges.sql"),
 		access:          load("sql/access.sql"),
-		migrate:         r.Replace(migrate),
 		console:         loadConsole(load),
 		seed: SeedStatements{
 			Reap:  load("sql/seed_reap.sql"),
 			Claim: load("sql/seed_claim.sql"),
 			Done:  load("sql/seed_done.sql"),
 		},
-	}, nil
+	}
+}
+
+// rawSQL is an embedded file's text, before any name goes in.
+func rawSQL(name string) string {
+	b, err := files.ReadFile(name)
+	if err != nil {
+		panic(err) // embedded at build time; absence is a build bug
+	}
+	return string(b)
 }
 
 // stripComments drops whole-line SQL comments from a fragment spliced into
@@ -116,22 +115,6 @@ func stripComments(sql string) string {
 			b.WriteString(line)
 			b.WriteString("\n")
 		}
-	}
-	return b.String()
-}
-
-// migrations returns every migration in order, as one script. Each one is
-// idempotent, so running the whole script upgrades a table of any earlier
-// version and leaves a current one as it is.
-func migrations(raw func(string) string) string {
-	entries, err := files.ReadDir("migration")
-	if err != nil {
-		panic(err)
-	}
-	var b strings.Builder
-	for _, e := range entries { // ReadDir sorts by name: 001_, 002_, ...
-		b.WriteString(raw("migration/" + e.Name()))
-		b.WriteString("\n")
 	}
 	return b.String()
 }
@@ -164,43 +147,6 @@ func checkChannel(schema, name string) error {
 // QuotedTable is the table's quoted identifier, for callers that build
 // producer statements (Enqueue) or tests.
 func (s *Store) QuotedTable() string { return s.Table.ident("") }
-
-// Migrate creates the table, its indexes and the wake-up trigger if they do
-// not exist, inside one transaction under an advisory lock keyed on the
-// table name, so concurrent migrations of the same table serialise.
-func (s *Store) Migrate(ctx context.Context, db interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}) error {
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		return translate(err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit this is a no-op
-	h := fnv.New64a()
-	h.Write([]byte("outboxd migrate " + s.Table.String()))
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(h.Sum64())); err != nil {
-		return translate(err)
-	}
-	if s.Table.Schema != "" {
-		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{s.Table.Schema}.Sanitize()); err != nil {
-			return translate(err)
-		}
-	}
-	// Simple protocol: the migration is several statements in one string.
-	if _, err := tx.Exec(ctx, s.migrate, pgx.QueryExecModeSimpleProtocol); err != nil {
-		return translate(err)
-	}
-	// The schema of an unqualified name is known only now.
-	var schema, name string
-	var current bool
-	if err := tx.QueryRow(ctx, s.resolve, s.Table.ident("")).Scan(&schema, &name, &current); err != nil {
-		return translate(err)
-	}
-	if err := checkChannel(schema, name); err != nil {
-		return err
-	}
-	return translate(tx.Commit(ctx))
-}
 
 // Resolve checks that the table exists and returns its schema and name as
 // PostgreSQL resolved them. The notification channel is "schema.name".

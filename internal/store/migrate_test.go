@@ -1,0 +1,283 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outbox/internal/store"
+	"github.com/outboxd/outbox/internal/testdb"
+)
+
+// TestMigrateCurrentTableTakesNoLock: re-running migrate on a current table
+// (every deploy does) reads only the catalog, so it returns at once even
+// while another transaction holds the table in ACCESS EXCLUSIVE mode.
+// Before, its CREATE INDEX IF NOT EXISTS and DROP/CREATE TRIGGER queued for
+// SHARE and ACCESS EXCLUSIVE locks with no timeout, and every producer
+// INSERT queued behind them.
+func TestMigrateCurrentTableTakesNoLock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	holdLock(t, b, "ACCESS EXCLUSIVE")
+
+	// A lock wait would outlast the context: the wait is not retried away.
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	res, err := b.st.MigrateWith(ctx, b.pool, store.MigrateOptions{LockTimeout: time.Hour})
+	require.NoError(t, err)
+	require.Empty(t, res.Steps)
+	require.Empty(t, res.SQL)
+
+	t.Run("OlderWakeFunctionIsReplacedWithoutTableLock", func(t *testing.T) {
+		// A function from an earlier version carries no version comment.
+		b.exec(t, `COMMENT ON FUNCTION `+strings.TrimSuffix(b.st.QuotedTable(), `"`)+`_wake"() IS NULL`)
+		res, err := b.st.MigrateWith(ctx, b.pool, store.MigrateOptions{LockTimeout: time.Hour})
+		require.NoError(t, err)
+		require.Equal(t, []string{"001_create: wake function"}, res.Steps)
+	})
+}
+
+// holdLock opens a transaction that holds the table in mode until the test
+// ends.
+func holdLock(t *testing.T, b *testBundle, mode string) pgx.Tx {
+	t.Helper()
+	tx, err := b.pool.Begin(t.Context())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	_, err = tx.Exec(t.Context(), "LOCK TABLE "+b.st.QuotedTable()+" IN "+mode+" MODE")
+	require.NoError(t, err)
+	return tx
+}
+
+// TestMigrateDryRun: --dry-run prints the SQL a migration would run and
+// changes nothing; for a current table it prints nothing.
+func TestMigrateDryRun(t *testing.T) {
+	t.Parallel()
+	t.Run("FreshTable", func(t *testing.T) {
+		t.Parallel()
+		schema := "dry_" + testdb.NewSchema(t)
+		st, err := store.New(schema + ".outbox")
+		require.NoError(t, err)
+		res, err := st.MigrateWith(t.Context(), testdb.Pool(t), store.MigrateOptions{DryRun: true})
+		require.NoError(t, err)
+		require.Equal(t, []string{"001_create: schema", "001_create: table", "001_create: ready index",
+			"001_create: leased index", "001_create: aggregate index", "001_create: waiters table",
+			"001_create: wake function", "001_create: wake trigger", "002_headers: headers column",
+			"003_console: dead index", "003_console: audit table"}, res.Steps)
+		require.True(t, strings.HasPrefix(res.SQL, "BEGIN;\nSET LOCAL lock_timeout = '2000ms';\n"), res.SQL)
+		require.Contains(t, res.SQL, `CREATE SCHEMA IF NOT EXISTS "`+schema+`";`)
+		require.Contains(t, res.SQL, `CREATE TABLE IF NOT EXISTS "`+schema+`"."outbox" (`)
+		require.NotContains(t, res.SQL, "CONCURRENTLY", "a new table is indexed in the transaction that creates it")
+		require.True(t, strings.HasSuffix(res.SQL, "COMMIT;\n"))
+		var exists bool
+		require.NoError(t, testdb.Pool(t).QueryRow(t.Context(),
+			`SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&exists))
+		require.False(t, exists, "a dry run creates nothing")
+	})
+	t.Run("CurrentTable", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		res, err := b.st.MigrateWith(t.Context(), b.pool, store.MigrateOptions{DryRun: true})
+		require.NoError(t, err)
+		require.Empty(t, res.SQL)
+		require.Empty(t, res.Steps)
+	})
+	t.Run("OutdatedTable", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.exec(t, `ALTER TABLE {{table}} DROP COLUMN headers`)
+		b.exec(t, `DROP INDEX `+strings.TrimSuffix(b.st.QuotedTable(), `"`)+`_leased"`)
+		res, err := b.st.MigrateWith(t.Context(), b.pool, store.MigrateOptions{DryRun: true, LockTimeout: 300 * time.Millisecond})
+		require.NoError(t, err)
+		q := b.st.QuotedTable()
+		schema, _, _ := strings.Cut(q, ".")
+		require.Equal(t, `-- 001_create: leased index
+DROP INDEX CONCURRENTLY IF EXISTS `+schema+`."outbox_leased";
+CREATE INDEX CONCURRENTLY "outbox_leased" ON `+q+` (lease_until) WHERE status = 'processing';
+BEGIN;
+SET LOCAL lock_timeout = '300ms';
+-- 002_headers: headers column
+ALTER TABLE `+q+` ADD COLUMN IF NOT EXISTS headers jsonb;
+COMMIT;
+`, res.SQL)
+		_, _, err = b.st.Resolve(t.Context(), b.pool)
+		require.ErrorIs(t, err, store.ErrTableOutdated, "a dry run changes nothing")
+
+		res, err = b.st.MigrateWith(t.Context(), b.pool, store.MigrateOptions{})
+		require.NoError(t, err)
+		require.Equal(t, []string{"001_create: leased index", "002_headers: headers column"}, res.Steps)
+		_, _, err = b.st.Resolve(t.Context(), b.pool)
+		require.NoError(t, err)
+		res, err = b.st.MigrateWith(t.Context(), b.pool, store.MigrateOptions{DryRun: true})
+		require.NoError(t, err)
+		require.Empty(t, res.SQL)
+	})
+}
+
+// TestMigrateWaitsWithLockTimeout: a step that needs ACCESS EXCLUSIVE while
+// a reader holds the table waits at most the lock timeout at a time, says
+// whom it waits for, lets producers write between its tries, and completes
+// once the reader ends. Before, it waited with no timeout and every
+// producer INSERT queued behind it.
+func TestMigrateWaitsWithLockTimeout(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.exec(t, `ALTER TABLE {{table}} DROP COLUMN headers`)
+	reader := holdLock(t, b, "ACCESS SHARE")
+	var readerPID int32
+	require.NoError(t, reader.QueryRow(t.Context(), "SELECT pg_backend_pid()").Scan(&readerPID))
+
+	logs := newLogRecorder()
+	migrated := make(chan error, 1)
+	go func() {
+		_, err := b.st.MigrateWith(context.Background(), b.pool,
+			store.MigrateOptions{LockTimeout: 50 * time.Millisecond, Logger: logs.logger()})
+		migrated <- err
+	}()
+	rec := logs.next(t, "migrate: waiting for a lock")
+	require.NotContains(t, rec, "001_create", "only the missing step is applied")
+	require.Contains(t, rec, "002_headers: headers column")
+	require.Contains(t, rec, fmt.Sprintf("pid %d (AccessShareLock, idle in transaction", readerPID), "it names whom it waits for")
+
+	// A producer is not stuck behind the waiting migration.
+	insertWithin(t, b, 3*time.Second)
+
+	require.NoError(t, reader.Rollback(t.Context()))
+	select {
+	case err := <-migrated:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		require.FailNow(t, "migrate did not finish after the reader ended")
+	}
+	_, _, err := b.st.Resolve(t.Context(), b.pool)
+	require.NoError(t, err, "the column was added")
+}
+
+// TestMigrateBuildsIndexConcurrentlyOnLiveTable: an index missing from a
+// live table is built CONCURRENTLY, so producers keep inserting while the
+// build waits for an open writer. Before, a plain CREATE INDEX queued for a
+// SHARE lock behind the writer, and every INSERT queued behind it.
+func TestMigrateBuildsIndexConcurrentlyOnLiveTable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.enqueueN(t, 5)
+	b.exec(t, `DROP INDEX `+strings.TrimSuffix(b.st.QuotedTable(), `"`)+`_ready"`)
+	writer, err := b.pool.Begin(t.Context())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = writer.Rollback(context.Background()) })
+	_, err = writer.Exec(t.Context(), b.st.InsertSQL(1), "o", "w", "e", `{}`, nil)
+	require.NoError(t, err)
+
+	logs := newLogRecorder()
+	migrated := make(chan error, 1)
+	go func() {
+		_, err := b.st.MigrateWith(context.Background(), b.pool, store.MigrateOptions{Logger: logs.logger()})
+		migrated <- err
+	}()
+	logs.next(t, "migrate: building an index concurrently")
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := b.pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE query LIKE 'CREATE INDEX CONCURRENTLY%' AND wait_event_type = 'Lock')`).Scan(&waiting)
+		return err == nil && waiting
+	}, 10*time.Second, 10*time.Millisecond, "the build waits for the open writer")
+
+	insertWithin(t, b, 3*time.Second)
+
+	require.NoError(t, writer.Commit(t.Context()))
+	select {
+	case err := <-migrated:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		require.FailNow(t, "migrate did not finish after the writer committed")
+	}
+	var valid bool
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT indisvalid FROM pg_index
+		WHERE indexrelid = to_regclass($1)`, strings.TrimSuffix(b.st.QuotedTable(), `"`)+`_ready"`).Scan(&valid))
+	require.True(t, valid)
+}
+
+// insertWithin runs a producer INSERT that must complete within d.
+func insertWithin(t *testing.T, b *testBundle, d time.Duration) {
+	t.Helper()
+	tx, err := b.pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer tx.Rollback(context.Background()) //nolint:errcheck // no-op after Commit
+	_, err = tx.Exec(t.Context(), "SELECT set_config('statement_timeout', $1, true)", d.String())
+	require.NoError(t, err)
+	// The columns of every version: the table may predate headers.
+	_, err = tx.Exec(t.Context(), "INSERT INTO "+b.st.QuotedTable()+
+		" (aggregate_type, aggregate_id, event_type, payload) VALUES ('o', 'p', 'e', '{}')")
+	require.NoError(t, err, "a producer INSERT while migrate waits")
+	require.NoError(t, tx.Commit(t.Context()))
+}
+
+// logRecorder is a slog handler whose records, rendered as text, tests wait
+// for.
+type logRecorder struct {
+	mu      sync.Mutex
+	records chan string
+}
+
+func newLogRecorder() *logRecorder { return &logRecorder{records: make(chan string, 1000)} }
+
+func (l *logRecorder) logger() *slog.Logger { return slog.New(l) }
+
+func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecorder) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &attrHandler{l: l, attrs: attrs}
+}
+func (l *logRecorder) WithGroup(string) slog.Handler { return l }
+func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	return (&attrHandler{l: l}).Handle(context.Background(), r)
+}
+
+type attrHandler struct {
+	l     *logRecorder
+	attrs []slog.Attr
+}
+
+func (h *attrHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *attrHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &attrHandler{l: h.l, attrs: append(append([]slog.Attr(nil), h.attrs...), attrs...)}
+}
+func (h *attrHandler) WithGroup(string) slog.Handler { return h }
+func (h *attrHandler) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	for _, a := range h.attrs {
+		b.WriteString(" " + a.String())
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		b.WriteString(" " + a.String())
+		return true
+	})
+	select {
+	case h.l.records <- b.String():
+	default:
+	}
+	return nil
+}
+
+// next waits for a record whose text starts with prefix and returns it.
+func (l *logRecorder) next(t *testing.T, prefix string) string {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case r := <-l.records:
+			if strings.HasPrefix(r, prefix) {
+				return r
+			}
+		case <-timeout:
+			require.FailNow(t, "no log record "+prefix)
+		}
+	}
+}

@@ -1,0 +1,2 @@
+-- MigrateUnlock: release the lock of MigrateLock.
+SELECT pg_advisory_unlock($1)
