@@ -205,6 +205,11 @@ func (d *Dispatcher) run(ctx context.Context, drain bool) error {
 	if err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
+	if d.store.Table.Schema == "" {
+		// From here on every statement names the table's schema, so none
+		// depends on what a pooled session's search_path finds first.
+		d.store = d.store.Qualified(schema)
+	}
 	channel := schema + "." + name
 	limit := 2*d.cfg.BatchSize + d.cfg.Workers
 	jobs := make(chan *job, limit)
