@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outbox/internal/store"
@@ -110,9 +111,13 @@ COMMIT;
 		_, _, err = b.st.Resolve(t.Context(), b.pool)
 		require.ErrorIs(t, err, store.ErrTableOutdated, "a dry run changes nothing")
 
+		// A concurrent build waits for every older snapshot in the database,
+		// other tests' included: TestMigrateBuildsIndexConcurrentlyOnLiveTable
+		// runs one in a database of its own.
+		b.exec(t, `CREATE INDEX "outbox_leased" ON {{table}} (lease_until) WHERE status = 'processing'`)
 		res, err = b.st.MigrateWith(t.Context(), b.pool, store.MigrateOptions{})
 		require.NoError(t, err)
-		require.Equal(t, []string{"001_create: leased index", "002_headers: headers column"}, res.Steps)
+		require.Equal(t, []string{"002_headers: headers column"}, res.Steps)
 		_, _, err = b.st.Resolve(t.Context(), b.pool)
 		require.NoError(t, err)
 		res, err = b.st.MigrateWith(t.Context(), b.pool, store.MigrateOptions{DryRun: true})
@@ -166,12 +171,19 @@ func TestMigrateWaitsWithLockTimeout(t *testing.T) {
 // SHARE lock behind the writer, and every INSERT queued behind it.
 func TestMigrateBuildsIndexConcurrentlyOnLiveTable(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	// A concurrent build waits for every transaction of its database that
+	// holds an older snapshot: a database of its own keeps other tests'
+	// transactions out of its way.
+	pool := ownDatabase(t)
+	st, err := store.New("public.outbox")
+	require.NoError(t, err)
+	require.NoError(t, st.Migrate(t.Context(), pool))
+	b := &testBundle{pool: pool, st: st, table: "public.outbox"}
 	b.enqueueN(t, 5)
 	b.exec(t, `DROP INDEX `+strings.TrimSuffix(b.st.QuotedTable(), `"`)+`_ready"`)
 	writer, err := b.pool.Begin(t.Context())
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = writer.Rollback(context.Background()) })
+	defer writer.Rollback(context.Background()) //nolint:errcheck // no-op after Commit
 	_, err = writer.Exec(t.Context(), b.st.InsertSQL(1), "o", "w", "e", `{}`, nil)
 	require.NoError(t, err)
 
@@ -280,4 +292,26 @@ func (l *logRecorder) next(t *testing.T, prefix string) string {
 			require.FailNow(t, "no log record "+prefix)
 		}
 	}
+}
+
+// ownDatabase creates a database for this test alone, dropped at cleanup,
+// and returns a pool on it.
+func ownDatabase(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	name := "outboxd_" + testdb.NewSchema(t)
+	admin := testdb.Pool(t)
+	_, err := admin.Exec(t.Context(), "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	require.NoError(t, err)
+	cfg, err := pgxpool.ParseConfig(testdb.DSN(t))
+	require.NoError(t, err)
+	cfg.ConnConfig.Database = name
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		pool.Close()
+		_, err := admin.Exec(context.Background(), "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+		require.NoError(t, err)
+	})
+	return pool
 }
