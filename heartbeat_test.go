@@ -25,13 +25,15 @@ func TestHeartbeatKeepsLongPublishExclusive(t *testing.T) {
 		calls++
 		mu.Unlock()
 		select {
-		case <-time.After(1500 * time.Millisecond): // nearly four leases
+		case <-time.After(4 * time.Second): // more than two and a half leases
 			return nil
 		case <-ctx.Done():
 			return outbox.Retryable(ctx.Err())
 		}
 	})
-	cfg := &outbox.Config{Lease: 400 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, PublishTimeout: 5 * time.Second}
+	// A lease long enough that a loaded machine's scheduling stalls do not
+	// let it lapse between two heartbeats.
+	cfg := &outbox.Config{Lease: 1500 * time.Millisecond, HeartbeatInterval: 300 * time.Millisecond, PublishTimeout: 10 * time.Second}
 	first := b.dispatcher(t, slow, cfg)
 	start(t, first)
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return calls == 1 }, 5*time.Second, 5*time.Millisecond)

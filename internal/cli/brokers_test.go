@@ -534,9 +534,9 @@ func TestConfigCheckBrokerURLs(t *testing.T) {
 		t.Helper()
 		hole := newBlackHole(t)
 		sinkURL := strings.Replace(tmpl, "@H", "@"+hole.ln.Addr().String(), 1)
-		began := time.Now()
+		// No timing bound: the black hole's visitors say whether anything
+		// was dialled, however slow the machine.
 		r := runBin(t, bin, env, nil, "config", "check", "--sink", sinkURL)
-		require.Less(t, time.Since(began), 3*time.Second, "config check waited on something: %s", r)
 		require.NotContains(t, r.stdout+r.stderr, secret, "%s", r)
 		return r, hole.visitors(t)
 	}

@@ -83,7 +83,8 @@ func buildBinary(t *testing.T) string {
 		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 	}
 	bin := filepath.Join(t.TempDir(), "outboxd")
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	// Generous: on a loaded machine the link alone can take minutes.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, goBin, "build", "-o", bin, "./cmd/outboxd")
 	cmd.Dir = filepath.Join("..", "..")
