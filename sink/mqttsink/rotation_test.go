@@ -112,4 +112,3 @@ func startPasswordBroker(t *testing.T, name, password string) (string, func(stri
 		require.NoError(t, cmd.Process.Signal(syscall.SIGHUP))
 	}
 }
-
