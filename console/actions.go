@@ -64,20 +64,12 @@ func (s *Server) deadIDs(w http.ResponseWriter, r *http.Request, p principal, t 
 		s.answerErr(w, r, asRequestError(err))
 		return
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Count int64 `json:"count"`
-	}{n})
+	writeCount(w, n)
 }
 
 func (s *Server) deadMatching(w http.ResponseWriter, r *http.Request, p principal, t *table, action string, req deadRequest) {
-	q, err := req.Filter.values()
-	if err != nil {
-		apiError(w, http.StatusBadRequest, "bad_request", err.Error())
-		return
-	}
-	f, err := parseFilter(q, "dead")
-	if err != nil {
-		apiError(w, http.StatusBadRequest, "bad_request", cleanErr(err))
+	f, ok := bodyFilter(w, req.Filter, "dead")
+	if !ok {
 		return
 	}
 	run := s.bulkFunc(t, action)
@@ -87,21 +79,13 @@ func (s *Server) deadMatching(w http.ResponseWriter, r *http.Request, p principa
 			s.answerErr(w, r, asRequestError(err))
 			return
 		}
-		writeJSON(w, http.StatusOK, struct {
-			Count int64 `json:"count"`
-		}{n})
+		writeCount(w, n)
 		return
 	}
 	view := JobView{Kind: "dead_" + action, Table: t.name, Actor: p.actor, Filter: f.Terms()}
-	job := s.jobs.start(r.Context(), view, func(ctx context.Context, j *job) (int64, error) {
-		if c, err := t.admin.Count(ctx, f, true); err == nil {
-			j.setTotal(c.N)
-		}
-		return run(ctx, f, outbox.BulkOpts{Actor: p.actor, Progress: j.progress})
+	s.startJob(w, r, t, f, view, func(ctx context.Context, progress func(int64)) (int64, error) {
+		return run(ctx, f, outbox.BulkOpts{Actor: p.actor, Progress: progress})
 	})
-	writeJSON(w, http.StatusAccepted, struct {
-		Job JobView `json:"job"`
-	}{job})
 }
 
 type replayRequest struct {
@@ -126,14 +110,8 @@ func (s *Server) apiReplay(w http.ResponseWriter, r *http.Request, p principal) 
 		apiError(w, http.StatusBadRequest, "bad_request", `"name" is required and "rate" must not be negative`)
 		return
 	}
-	q, err := req.Filter.values()
-	if err != nil {
-		apiError(w, http.StatusBadRequest, "bad_request", err.Error())
-		return
-	}
-	f, err := parseFilter(q, "done")
-	if err != nil {
-		apiError(w, http.StatusBadRequest, "bad_request", cleanErr(err))
+	f, ok := bodyFilter(w, req.Filter, "done")
+	if !ok {
 		return
 	}
 	opts := outbox.ReplayOpts{Name: req.Name, Rate: req.Rate, Actor: p.actor}
@@ -144,18 +122,48 @@ func (s *Server) apiReplay(w http.ResponseWriter, r *http.Request, p principal) 
 			s.answerErr(w, r, asRequestError(err))
 			return
 		}
-		writeJSON(w, http.StatusOK, struct {
-			Count int64 `json:"count"`
-		}{n})
+		writeCount(w, n)
 		return
 	}
 	view := JobView{Kind: "replay", Table: t.name, Name: req.Name, Rate: req.Rate, Actor: p.actor, Filter: f.Terms()}
+	s.startJob(w, r, t, f, view, func(ctx context.Context, progress func(int64)) (int64, error) {
+		opts.Progress = progress
+		return t.admin.Replay(ctx, f, opts)
+	})
+}
+
+// bodyFilter parses a request's filter with its status forced to status,
+// answering 400 itself when it cannot.
+func bodyFilter(w http.ResponseWriter, body filterBody, status string) (outbox.Filter, bool) {
+	q, err := body.values()
+	if err != nil {
+		apiError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return outbox.Filter{}, false
+	}
+	f, err := parseFilter(q, status)
+	if err != nil {
+		apiError(w, http.StatusBadRequest, "bad_request", cleanErr(err))
+		return outbox.Filter{}, false
+	}
+	return f, true
+}
+
+// writeCount answers a dry run or a synchronous action: how many rows.
+func writeCount(w http.ResponseWriter, n int64) {
+	writeJSON(w, http.StatusOK, struct {
+		Count int64 `json:"count"`
+	}{n})
+}
+
+// startJob runs an action over f as a tracked job, its total taken from an
+// exact count first, and answers 202 with the job.
+func (s *Server) startJob(w http.ResponseWriter, r *http.Request, t *table, f outbox.Filter, view JobView,
+	run func(ctx context.Context, progress func(int64)) (int64, error)) {
 	job := s.jobs.start(r.Context(), view, func(ctx context.Context, j *job) (int64, error) {
 		if c, err := t.admin.Count(ctx, f, true); err == nil {
 			j.setTotal(c.N)
 		}
-		opts.Progress = j.progress
-		return t.admin.Replay(ctx, f, opts)
+		return run(ctx, j.progress)
 	})
 	writeJSON(w, http.StatusAccepted, struct {
 		Job JobView `json:"job"`
