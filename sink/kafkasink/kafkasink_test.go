@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -560,6 +561,12 @@ func TestManyPublishesInFlight(t *testing.T) {
 	})
 	require.NoError(t, publish(t, s, sinktest.NewMessage("warm-up"), 10*time.Second))
 
+	var produces atomic.Int64
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		produces.Add(1)
+		return nil, nil, false
+	})
 	const n = 400
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -578,8 +585,11 @@ func TestManyPublishesInFlight(t *testing.T) {
 		require.NoError(t, err)
 	}
 	t.Logf("%d concurrent publishes over a %s round trip: %s (%.0f msgs/s)", n, rtt, elapsed, n/elapsed.Seconds())
-	// One round trip per publish would take n*rtt = 10s.
-	require.Less(t, elapsed, n*rtt/5, "publishes were not pipelined")
+	// A sink that waits for each publish's round trip before sending the
+	// next sends one Produce request per message; counting requests rather
+	// than timing them keeps the check true on a loaded machine.
+	t.Logf("%d Produce requests", produces.Load())
+	require.Less(t, produces.Load(), int64(n/5), "publishes were not batched into shared requests")
 	require.Len(t, newConsumer(t, clusterAddr(c), topic).Records(t, n+1, 20*time.Second), n+1)
 }
 
