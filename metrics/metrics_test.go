@@ -436,7 +436,9 @@ func TestRefresher(t *testing.T) {
 	require.Equal(t, "database refresher not started\n", body)
 
 	start := time.Now()
-	stop := b.m.StartRefresher(t.Context(), b.admin, 100*time.Millisecond)
+	// Readiness goes stale after three intervals; one second leaves room for
+	// a refresh slowed by a loaded machine without making the test wait long.
+	stop := b.m.StartRefresher(t.Context(), b.admin, time.Second)
 	defer stop()
 	var got map[string]float64
 	require.Eventually(t, func() bool {
@@ -472,7 +474,7 @@ func TestRefresher(t *testing.T) {
 	require.Eventually(t, func() bool {
 		code, body = ready()
 		return code == http.StatusServiceUnavailable
-	}, 10*time.Second, 10*time.Millisecond)
+	}, 30*time.Second, 10*time.Millisecond)
 	require.Contains(t, body, "no successful database refresh for")
 	require.Contains(t, body, "does not exist")
 	require.Equal(t, 1, strings.Count(body, "\n"), "one-line reason: %q", body)
