@@ -461,7 +461,9 @@ func TestStalledBrokerEndsWithContext(t *testing.T) {
 	err := s.Publish(ctx, sinktest.NewMessage("a"))
 	cancel()
 	require.True(t, outbox.IsRetryable(err), "want retryable, got %v", err)
-	require.Less(t, time.Since(start), 1500*time.Millisecond)
+	// The stall lasts until Resume, so a publish that ignored its context
+	// would never return; the bound only has to be far below forever.
+	require.Less(t, time.Since(start), 10*time.Second)
 
 	// 32 MiB is more than the socket buffers on both sides of the proxy
 	// hold, so some of these writes block.
@@ -485,7 +487,7 @@ func TestStalledBrokerEndsWithContext(t *testing.T) {
 	wg.Wait()
 	for i := range big {
 		require.True(t, outbox.IsRetryable(errs[i]), "message %d: want retryable, got %v", i, errs[i])
-		require.Less(t, elapsed[i], 2*time.Second, "message %d overran its context", i)
+		require.Less(t, elapsed[i], 10*time.Second, "message %d overran its context", i)
 	}
 
 	p.Resume()
