@@ -57,7 +57,7 @@ func (s *Server) auditPage(w http.ResponseWriter, r *http.Request, t *table, bas
 	base.Title, base.Page = "Audit", "audit"
 	es, err := s.auditList(r.Context(), t, 200)
 	if err != nil {
-		s.pageError(w, base, http.StatusInternalServerError, cleanErr(err))
+		s.pageDBError(w, r, base, err)
 		return
 	}
 	s.render(w, "audit", struct {

@@ -69,7 +69,7 @@ func (s *Server) messagePage(w http.ResponseWriter, r *http.Request, t *table, b
 		s.pageError(w, base, http.StatusBadRequest, re.msg)
 		return
 	case err != nil:
-		s.pageError(w, base, http.StatusInternalServerError, cleanErr(err))
+		s.pageDBError(w, r, base, err)
 		return
 	}
 	base.Title = "Message " + r.PathValue("id")

@@ -225,7 +225,7 @@ func (s *Server) listPage(w http.ResponseWriter, r *http.Request, t *table, base
 		w.WriteHeader(http.StatusBadRequest)
 		data.Err = re.msg
 	case err != nil:
-		s.pageError(w, base, http.StatusInternalServerError, cleanErr(err))
+		s.pageDBError(w, r, base, err)
 		return
 	}
 	data.listing = l

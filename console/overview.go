@@ -2,9 +2,13 @@ package console
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxd/outbox"
 )
@@ -88,7 +92,7 @@ type breakdownTable struct {
 func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request, t *table, base pageData) {
 	o, g, err := s.overview(r.Context(), t)
 	if err != nil {
-		s.pageError(w, base, http.StatusInternalServerError, cleanErr(err))
+		s.pageDBError(w, r, base, err)
 		return
 	}
 	base.Title, base.Page = "Overview", "overview"
@@ -146,11 +150,40 @@ func (s *Server) apiSamples(w http.ResponseWriter, r *http.Request, _ principal)
 }
 
 func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error) {
-	if r.Context().Err() != nil {
+	if s.timedOut(r, err) {
+		s.logger.Warn("console: request timed out", "path", r.URL.Path, "timeout", s.cfg.RequestTimeout)
+		apiError(w, http.StatusGatewayTimeout, "timeout", s.timeoutMessage())
 		return
+	}
+	if r.Context().Err() != nil {
+		return // the client went away
 	}
 	s.logger.Error("console: request failed", "path", r.URL.Path, "error", err)
 	apiError(w, http.StatusInternalServerError, "internal", cleanErr(err))
+}
+
+// pageDBError renders a page's failed read: 504 when it ran out of time.
+func (s *Server) pageDBError(w http.ResponseWriter, r *http.Request, base pageData, err error) {
+	if s.timedOut(r, err) {
+		s.logger.Warn("console: request timed out", "path", r.URL.Path, "timeout", s.cfg.RequestTimeout)
+		s.pageError(w, base, http.StatusGatewayTimeout, s.timeoutMessage())
+		return
+	}
+	s.pageError(w, base, http.StatusInternalServerError, cleanErr(err))
+}
+
+// timedOut reports whether err is the request's deadline passing, or a
+// statement the server cancelled (query_canceled, which statement_timeout
+// and lock_timeout settings also raise).
+func (s *Server) timedOut(r *http.Request, err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(r.Context().Err(), context.DeadlineExceeded) ||
+		(errors.As(err, &pgErr) && (pgErr.Code == "57014" || pgErr.Code == "55P03"))
+}
+
+func (s *Server) timeoutMessage() string {
+	return fmt.Sprintf("the database did not answer within %s (the console's request timeout); "+
+		"narrow the filter, or try again when the table is less busy", s.cfg.RequestTimeout)
 }
 
 // cleanErr drops the library's "outbox: " prefixes.

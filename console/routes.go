@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"io/fs"
 	"net/http"
 )
@@ -38,7 +39,18 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/api/", s.api(func(w http.ResponseWriter, r *http.Request, _ principal) {
 		apiError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path)
 	}))
-	return secureHeaders(mux)
+	return secureHeaders(s.deadline(mux))
+}
+
+// deadline bounds each request's context by Config.RequestTimeout, which
+// cancels the statement in flight when it passes (pgx sends the server a
+// cancel request).
+func (s *Server) deadline(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+		defer cancel()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
 }
 
 // csp allows only the console's own scripts, styles and requests: no inline

@@ -18,6 +18,7 @@ const (
 	SampleIntervalDefault    = 5 * time.Second
 	SampleWindowDefault      = 720
 	BreakdownIntervalDefault = 15 * time.Second
+	RequestTimeoutDefault    = 10 * time.Second
 )
 
 // Config configures a [Server].
@@ -47,6 +48,10 @@ type Config struct {
 	// the rows not done. Defaults to 15s (never more often than
 	// SampleInterval).
 	BreakdownInterval time.Duration
+	// RequestTimeout bounds every request's statements: when it passes, the
+	// statement in flight is cancelled on the server and the request answers
+	// 504 (code "timeout"). Tracked jobs are not bound by it. Defaults to 10s.
+	RequestTimeout time.Duration
 }
 
 // Server is the console's HTTP handler, its sampler and its job registry.
@@ -82,6 +87,9 @@ func New(db outbox.DB, cfg *Config) (*Server, error) {
 	}
 	if c.BreakdownInterval <= 0 {
 		c.BreakdownInterval = BreakdownIntervalDefault
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = RequestTimeoutDefault
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -33,12 +33,13 @@ func (t *tablesFlag) Set(v string) error {
 
 func runConsole(ctx context.Context, e *env, args []string) error {
 	var (
-		db     dbFlags
-		tables tablesFlag
-		addr   string
-		write  bool
-		every  time.Duration
-		lf     logFlags
+		db      dbFlags
+		tables  tablesFlag
+		addr    string
+		write   bool
+		every   time.Duration
+		timeout time.Duration
+		lf      logFlags
 	)
 	fs := newFlagSet(e, "console", "console [--dsn DSN] [--table NAME]... [--addr HOST:PORT] [--write]")
 	fs.StringVar(&db.dsn, "dsn", "", "PostgreSQL connection string (default $OUTBOX_DSN, else the libpq environment)")
@@ -47,6 +48,7 @@ func runConsole(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&addr, "addr", consoleAddrDefault, "listen address HOST:PORT")
 	fs.BoolVar(&write, "write", false, "allow actions that change rows (dead retry/skip, replay); read-only without it")
 	durVar(fs, &every, "sample-interval", console.SampleIntervalDefault, "how often the charts sample each table's gauges")
+	durVar(fs, &timeout, "request-timeout", console.RequestTimeoutDefault, "bound on each request's statements; past it the statement is cancelled and the request answers 504")
 	lf.register(fs)
 	if err := parseLayered(e, fs, &db, args); err != nil {
 		return err
@@ -74,7 +76,10 @@ func runConsole(ctx context.Context, e *env, args []string) error {
 	if every <= 0 {
 		return usagef("--sample-interval must be positive")
 	}
-	return serveConsole(ctx, e, pool, consoleOpts{addr: addr, write: write, tables: tables, flag: "--addr", every: every}, logger)
+	if timeout <= 0 {
+		return usagef("--request-timeout must be positive")
+	}
+	return serveConsole(ctx, e, pool, consoleOpts{addr: addr, write: write, tables: tables, flag: "--addr", every: every, timeout: timeout}, logger)
 }
 
 // consoleOpts are what `console` and `run --console-addr` share.
@@ -84,6 +89,8 @@ type consoleOpts struct {
 	tables []string
 	flag   string // the address flag's name, for errors
 	every  time.Duration
+	// timeout bounds each request (0: the console's default).
+	timeout time.Duration
 }
 
 // serveConsole checks the tables, then serves the console until ctx ends.
@@ -106,7 +113,7 @@ func openConsole(ctx context.Context, e *env, pool *pgxpool.Pool, o consoleOpts,
 	console.Version = Version
 	srv, err := console.New(pool, &console.Config{
 		Tables: o.tables, Write: o.write, Credentials: creds, Insecure: isLoopback(o.addr), Logger: logger,
-		SampleInterval: o.every,
+		SampleInterval: o.every, RequestTimeout: o.timeout,
 	})
 	if err != nil {
 		return nil, nil, usagef("%s", strings.TrimPrefix(err.Error(), "console: "))
