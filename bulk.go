@@ -81,15 +81,27 @@ func (a *Admin) DeadSkipMatching(ctx context.Context, f Filter, o BulkOpts) (int
 // fenced on status = 'done', paced by Rate, audited and cancellable like
 // [Admin.DeadRetryMatching]'s. It returns how many it replayed.
 func (a *Admin) Replay(ctx context.Context, f Filter, o ReplayOpts) (int64, error) {
-	if !replayName.MatchString(o.Name) {
-		return 0, &ReplayOptsError{Field: "Name", Reason: fmt.Sprintf("%q must be 1 to 100 letters, digits, "+
-			"'.', '_', ':' or '-', starting with a letter or digit", o.Name)}
-	}
-	if o.Rate < 0 || math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0) {
-		return 0, &ReplayOptsError{Field: "Rate", Reason: fmt.Sprintf("must be messages per second or 0 (unlimited), got %v", o.Rate)}
+	if err := o.Validate(); err != nil {
+		return 0, err
 	}
 	return a.bulk(ctx, store.ActionReplay, "done", f, bulkRun{dryRun: o.DryRun, actor: o.Actor, name: o.Name,
 		rate: o.Rate, batch: o.BatchSize, progress: o.Progress})
+}
+
+// Validate reports the first option a replay cannot run with, as a
+// [*ReplayOptsError]: a Name that is not 1 to 100 letters, digits, '.', '_',
+// ':' or '-' (starting with a letter or digit), or a Rate that is negative or
+// not finite. [Admin.Replay] calls it first; callers that start a replay in
+// the background call it before, so the mistake is the caller's answer.
+func (o ReplayOpts) Validate() error {
+	if !replayName.MatchString(o.Name) {
+		return &ReplayOptsError{Field: "Name", Reason: fmt.Sprintf("%q must be 1 to 100 letters, digits, "+
+			"'.', '_', ':' or '-', starting with a letter or digit", o.Name)}
+	}
+	if o.Rate < 0 || math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0) {
+		return &ReplayOptsError{Field: "Rate", Reason: fmt.Sprintf("must be messages per second or 0 (unlimited), got %v", o.Rate)}
+	}
+	return nil
 }
 
 // ReplayOptsError reports [ReplayOpts] a replay cannot run with.

@@ -115,6 +115,11 @@ func (s *Server) apiReplay(w http.ResponseWriter, r *http.Request, p principal) 
 		return
 	}
 	opts := outbox.ReplayOpts{Name: req.Name, Rate: req.Rate, Actor: p.actor}
+	if err := opts.Validate(); err != nil {
+		// Refused here, not as a job that fails at once.
+		apiError(w, http.StatusBadRequest, "bad_request", cleanErr(err))
+		return
+	}
 	if req.DryRun {
 		opts.DryRun = true
 		n, err := t.admin.Replay(r.Context(), f, opts)

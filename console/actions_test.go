@@ -147,6 +147,14 @@ func TestReplayJob(t *testing.T) {
 	bad := c.do(http.MethodPost, api+"/replay", map[string]any{"name": "no spaces please", "filter": filter, "dry_run": true})
 	require.Equal(t, http.StatusBadRequest, bad.code, bad.body)
 	require.Contains(t, bad.body, "no spaces please")
+
+	// Without dry_run too, a bad name is the request's 400, not a job that fails.
+	jobsBefore := c.get("/api/v1/jobs").body
+	bad = c.do(http.MethodPost, api+"/replay", map[string]any{"name": "bad/name", "filter": filter})
+	require.Equal(t, http.StatusBadRequest, bad.code, bad.body)
+	require.Equal(t, "bad_request", errorCode(t, bad))
+	require.Contains(t, bad.body, `replay: Name \"bad/name\" must be`)
+	require.Equal(t, jobsBefore, c.get("/api/v1/jobs").body, "no job was started")
 	require.Equal(t, http.StatusNotFound, c.do(http.MethodPost, "/api/v1/jobs/999/cancel", nil).code)
 }
 
