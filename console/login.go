@@ -1,8 +1,11 @@
 package console
 
 import (
+	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
@@ -29,6 +32,17 @@ func (s *Server) loginSubmit(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	if code := checkWrite(r, principal{}); code != "" {
 		http.Error(w, "cross-site request refused", http.StatusForbidden)
+		return
+	}
+	if ok, wait := s.signIn.allow(clientAddr(r)); !ok {
+		secs := int(math.Ceil(wait.Seconds()))
+		s.logger.Warn("console: sign-in rate limited", slog.String("remote", r.RemoteAddr))
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		w.WriteHeader(http.StatusTooManyRequests)
+		c := s.cfg.Credentials
+		s.render(w, "login", loginData{Next: safeNext(r.PostFormValue("next")),
+			Error: fmt.Sprintf("Too many sign-in attempts from this address; try again in %d s.", secs),
+			Token: c.Token != "", User: c.User != ""})
 		return
 	}
 	c := s.cfg.Credentials

@@ -19,6 +19,8 @@ const (
 	SampleWindowDefault      = 720
 	BreakdownIntervalDefault = 15 * time.Second
 	RequestTimeoutDefault    = 10 * time.Second
+	SignInBurstDefault       = 10
+	SignInRefillDefault      = 6 * time.Second
 )
 
 // Config configures a [Server].
@@ -52,6 +54,12 @@ type Config struct {
 	// statement in flight is cancelled on the server and the request answers
 	// 504 (code "timeout"). Tracked jobs are not bound by it. Defaults to 10s.
 	RequestTimeout time.Duration
+	// SignInBurst is how many sign-in attempts one client address may make
+	// at once; past it the form answers 429 with Retry-After. Defaults to 10.
+	SignInBurst int
+	// SignInRefill is how often one more attempt is allowed per address
+	// once the burst is spent. Defaults to 6s (10 a minute).
+	SignInRefill time.Duration
 }
 
 // Server is the console's HTTP handler, its sampler and its job registry.
@@ -63,6 +71,7 @@ type Server struct {
 	sessions *sessions
 	jobs     *jobs
 	handler  http.Handler
+	signIn   *signInLimiter
 }
 
 // table is one outbox table the console serves.
@@ -91,6 +100,12 @@ func New(db outbox.DB, cfg *Config) (*Server, error) {
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = RequestTimeoutDefault
 	}
+	if c.SignInBurst <= 0 {
+		c.SignInBurst = SignInBurstDefault
+	}
+	if c.SignInRefill <= 0 {
+		c.SignInRefill = SignInRefillDefault
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -101,7 +116,8 @@ func New(db outbox.DB, cfg *Config) (*Server, error) {
 		return nil, errors.New("console: credentials are required (set OUTBOXD_CONSOLE_TOKEN, or OUTBOXD_CONSOLE_USER and OUTBOXD_CONSOLE_PASSWORD); " +
 			"only a read-only console on a loopback address may run without them")
 	}
-	s := &Server{cfg: c, byName: map[string]*table{}, logger: c.Logger, sessions: newSessions(), jobs: newJobs()}
+	s := &Server{cfg: c, byName: map[string]*table{}, logger: c.Logger, sessions: newSessions(), jobs: newJobs(),
+		signIn: newSignInLimiter(c.SignInBurst, c.SignInRefill)}
 	for _, name := range c.Tables {
 		a, err := outbox.NewAdmin(db, name)
 		if err != nil {

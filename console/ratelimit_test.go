@@ -1,0 +1,41 @@
+package console_test
+
+import (
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outbox/console"
+)
+
+func TestSignInRateLimit(t *testing.T) {
+	t.Parallel()
+	// A refill far longer than the test: the bucket cannot refill meanwhile.
+	b := setup(t, console.Config{Credentials: console.Credentials{Token: testToken}, SignInBurst: 3, SignInRefill: time.Hour})
+	c := b.client(t, nil)
+	form := func(body string) response {
+		return c.do(http.MethodPost, "/login", body, func(r *http.Request) {
+			r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		})
+	}
+	for range 3 {
+		r := form("token=guess")
+		require.Equal(t, http.StatusUnauthorized, r.code, r.body)
+	}
+	// The burst is spent: even the right token waits, and says how long.
+	r := form("token=" + testToken)
+	require.Equal(t, http.StatusTooManyRequests, r.code, r.body)
+	require.Contains(t, r.body, "Too many sign-in attempts")
+	secs, err := strconv.Atoi(r.header.Get("Retry-After"))
+	require.NoError(t, err, r.header.Get("Retry-After"))
+	require.Greater(t, secs, 3000)
+	require.LessOrEqual(t, secs, 3600)
+	require.NotContains(t, b.logs.String(), testToken)
+	require.Contains(t, b.logs.String(), "console: sign-in rate limited")
+
+	// The bearer token on the API is not the form: it still answers.
+	require.Equal(t, http.StatusOK, b.client(t, bearer(testToken)).get("/api/v1/status").code)
+}
