@@ -102,8 +102,14 @@ func (a *Admin) MigrateWith(ctx context.Context, o *MigrateOptions) (*MigrateRes
 // Status is a snapshot of an outbox table's health. Its JSON form is the
 // stable output of `outboxd status --json`.
 type Status struct {
-	// Counts has every status (pending, processing, done, dead), zero included.
+	// Counts has every status (pending, processing, done, dead), zero
+	// included. Pending, processing and dead are exact; done is exact up to
+	// 10,000 and past that the planner's estimate (see DoneEstimated).
 	Counts map[string]int64 `json:"counts"`
+	// DoneEstimated is true when Counts["done"] is an estimate: more than
+	// 10,000 done rows, counted from the planner's row count of the table
+	// (as of its last ANALYZE) rather than read.
+	DoneEstimated bool `json:"done_estimated"`
 	// OldestPendingAgeSeconds is the age of the oldest pending or processing
 	// message: the key health figure. Null when nothing is undelivered.
 	OldestPendingAgeSeconds *float64 `json:"oldest_pending_age_seconds"`
@@ -121,7 +127,7 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: status: %w", err)
 	}
-	out := &Status{Counts: st.Counts, ExpiredLeases: st.ExpiredLeases, Attempts: map[string]int64{}}
+	out := &Status{Counts: st.Counts, DoneEstimated: st.DoneEstimated, ExpiredLeases: st.ExpiredLeases, Attempts: map[string]int64{}}
 	if st.OldestPendingAge >= 0 {
 		s := st.OldestPendingAge.Seconds()
 		out.OldestPendingAgeSeconds = &s

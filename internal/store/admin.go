@@ -17,6 +17,8 @@ type Status struct {
 	// -1 when there is none.
 	OldestPendingAge time.Duration
 	ExpiredLeases    int64
+	// DoneEstimated says Counts["done"] is the planner's estimate.
+	DoneEstimated bool
 	// Attempts is the histogram of attempts over pending and processing rows.
 	Attempts map[int]int64
 }
@@ -26,7 +28,7 @@ func (s *Store) Status(ctx context.Context, db DB) (Status, error) {
 	var counts, attempts []byte
 	var age *float64
 	st := Status{Counts: map[string]int64{}, Attempts: map[int]int64{}}
-	if err := db.QueryRow(ctx, s.status).Scan(&counts, &age, &st.ExpiredLeases, &attempts); err != nil {
+	if err := db.QueryRow(ctx, s.status, s.Table.ident("")).Scan(&counts, &age, &st.ExpiredLeases, &attempts, &st.DoneEstimated); err != nil {
 		return Status{}, translate(err)
 	}
 	for _, k := range []string{StatusPending, StatusProcessing, StatusDone, StatusDead} {
