@@ -30,9 +30,13 @@ bench: build ## drain 200k messages through the null sink, outboxd vs the articl
 fmt: ## gofmt the tree
 	gofmt -w $$(git ls-files '*.go')
 
-lint: ## gofmt check and go vet
+GOLANGCI_LINT ?= $(shell command -v golangci-lint || echo $$($(GO) env GOPATH)/bin/golangci-lint)
+
+lint: ## gofmt check, go vet, then golangci-lint (.golangci.yml) when installed
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
+	@if [ -x "$(GOLANGCI_LINT)" ]; then nice -n 10 $(GOLANGCI_LINT) run ./...; \
+	else echo "golangci-lint not installed: go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0"; fi
 
 .PHONY: chaos chaos-ci chaos-soak
 
