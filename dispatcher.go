@@ -285,8 +285,9 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 		errBackoff time.Duration
 		// registeredAt is when the waiter row was last registered.
 		registeredAt time.Time
-		// cursor is where the ordered claim's sweep over aggregates resumes.
-		cursor string
+		// cursor is where the ordered claim's sweep over aggregates resumes
+		// (nil: at the first aggregate).
+		cursor *string
 	)
 	poll := time.NewTimer(d.cfg.PollInterval)
 	defer poll.Stop()

@@ -81,7 +81,7 @@ func TestClaimOrderedSweepsAllAggregates(t *testing.T) {
 	}
 	b2.enqueue(t, msgs...)
 	served := map[string]int{}
-	cursor := ""
+	var cursor *string
 	for claim := 0; claim < 3; claim++ {
 		var got []store.Row
 		got, _, cursor, err = b2.st.ClaimOrdered(ctx, b2.pool, store.ClaimParams{Owner: "w", Batch: 10, Lease: time.Minute, MaxAttempts: 12, Cursor: cursor}, nil)
@@ -124,4 +124,25 @@ func explainAnalyze(t *testing.T, b *testBundle, q, args string) (string, planNo
 		}
 	})
 	return text.String(), doc[0].Plan
+}
+
+// An aggregate_id of ” (the producer statement allows it) is an aggregate
+// like any other: a sweep that stopped on it resumes after it, rather than
+// reading its cursor as "start over" and serving it again before the rest.
+func TestClaimOrderedEmptyAggregateIDDoesNotStarveOthers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	b.enqueue(t, msg{"", "E"}, msg{"", "E"}, msg{"", "E"}, msg{"b", "E"})
+	var served []string
+	var cursor *string
+	for range 4 {
+		got, _, next, err := b.st.ClaimOrdered(ctx, b.pool, store.ClaimParams{Owner: "w", Batch: 1, Lease: time.Minute, MaxAttempts: 12, Cursor: cursor}, nil)
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		cursor = next
+		served = append(served, got[0].AggregateID)
+		b.finalize(t, "w", store.Outcome{ID: got[0].ID, LeaseVersion: got[0].LeaseVersion, Status: store.StatusDone})
+	}
+	require.Equal(t, []string{"", "b", "", ""}, served, "the aggregate '' was served again before the others")
 }

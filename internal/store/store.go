@@ -192,8 +192,10 @@ type ClaimParams struct {
 	// ClearWait drops the owner's waiter row in the same statement.
 	ClearWait bool
 	// Cursor is where an ordered claim's sweep over aggregates resumes
-	// (ClaimOrdered); "" starts at the first aggregate.
-	Cursor string
+	// (ClaimOrdered): after the aggregate it points to, or at the first
+	// aggregate when nil. A pointer, because '' is an aggregate_id like any
+	// other and cannot also mean "start over".
+	Cursor *string
 }
 
 // Claim reaps expired rows that used up their attempts, then leases up to
@@ -241,11 +243,11 @@ func orderedMaxVisit(batch int) int { return max(1000, 10*batch) }
 
 // ClaimOrdered is the ordered claim: it leases up to Batch heads of
 // aggregates, visiting aggregates in aggregate_id order from p.Cursor, and
-// returns the cursor to pass to the next call ("" when the sweep reached
+// returns the cursor to pass to the next call (nil when the sweep reached
 // the last aggregate and the next should start over). If a sweep that did
 // not start at the beginning finds nothing, it starts over at once, so an
 // empty result means no head is claimable anywhere.
-func (s *Store) ClaimOrdered(ctx context.Context, db DB, p ClaimParams, buf []Row) ([]Row, time.Time, string, error) {
+func (s *Store) ClaimOrdered(ctx context.Context, db DB, p ClaimParams, buf []Row) ([]Row, time.Time, *string, error) {
 	// A claim that finds nothing goes on sweeping (a few statements at most)
 	// so that an empty result usually means no head is claimable anywhere;
 	// a sweep too long for that resumes from the cursor next time.
@@ -258,11 +260,11 @@ func (s *Store) ClaimOrdered(ctx context.Context, db DB, p ClaimParams, buf []Ro
 		}
 		now, p.ClearWait = at, false
 		switch {
-		case next == "" && (start == "" || wrapped):
-			return nil, now, "", nil // swept every aggregate
-		case next == "":
-			wrapped, cursor = true, "" // reached the end; the start was not seen yet
-		case wrapped && next >= start:
+		case next == nil && (start == nil || wrapped):
+			return nil, now, nil, nil // swept every aggregate
+		case next == nil:
+			wrapped, cursor = true, nil // reached the end; the start was not seen yet
+		case wrapped && *next >= *start:
 			return nil, now, next, nil // back where this claim began
 		default:
 			cursor = next // stopped by the visit limit
@@ -271,11 +273,16 @@ func (s *Store) ClaimOrdered(ctx context.Context, db DB, p ClaimParams, buf []Ro
 	return nil, now, cursor, nil
 }
 
-func (s *Store) claimOrderedOnce(ctx context.Context, db DB, p ClaimParams, cursor string, buf []Row) ([]Row, time.Time, string, error) {
+func (s *Store) claimOrderedOnce(ctx context.Context, db DB, p ClaimParams, cursor *string, buf []Row) ([]Row, time.Time, *string, error) {
+	// A fresh sweep starts at '' inclusive: no text sorts before it.
+	after := ""
+	if cursor != nil {
+		after = *cursor
+	}
 	rows, err := db.Query(ctx, s.claimOrdered, ownerText(p.Owner), p.Batch, p.Lease.Microseconds(), p.MaxAttempts,
-		p.ClearWait, cursor, cursor == "", orderedMaxVisit(p.Batch))
+		p.ClearWait, after, cursor == nil, orderedMaxVisit(p.Batch))
 	if err != nil {
-		return nil, time.Time{}, "", translate(err)
+		return nil, time.Time{}, nil, translate(err)
 	}
 	defer rows.Close()
 	out := buf[:0]
@@ -292,7 +299,7 @@ func (s *Store) claimOrderedOnce(ctx context.Context, db DB, p ClaimParams, curs
 		)
 		if err := rows.Scan(&id, &aggregateType, &aggregateID, &eventType, &body,
 			&createdAt, &attempts, &version, &headers, &now, &next); err != nil {
-			return nil, time.Time{}, "", translate(err)
+			return nil, time.Time{}, nil, translate(err)
 		}
 		if id == nil {
 			continue // the row that only carries the cursor
@@ -305,14 +312,10 @@ func (s *Store) claimOrderedOnce(ctx context.Context, db DB, p ClaimParams, curs
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, time.Time{}, "", translate(err)
+		return nil, time.Time{}, nil, translate(err)
 	}
 	sortRows(out)
-	nextCursor := ""
-	if next != nil {
-		nextCursor = *next
-	}
-	return out, now, nextCursor, nil
+	return out, now, next, nil
 }
 
 func sortRows(rows []Row) {

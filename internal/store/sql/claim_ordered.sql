@@ -2,7 +2,9 @@
 -- unfinished row of each aggregate_id), in one statement and one commit.
 -- $1 owner, $2 batch, $3 lease (µs), $4 max attempts, $5 clear this owner's
 -- waiter row, $6 cursor (aggregate_id to start after), $7 start at $6
--- inclusive (a fresh sweep), $8 most aggregates to visit.
+-- inclusive (a fresh sweep, with $6 = '', which no text sorts before),
+-- $8 most aggregates to visit. Whether a sweep is fresh is $7 alone: ''
+-- is an aggregate_id like any other, so a cursor of '' means "after ''".
 --
 -- The heads are found by a skip scan of the unfinished-rows index: one probe
 -- per aggregate, from the cursor on, stopping once $2 claimable heads are
