@@ -245,7 +245,15 @@ func (a *Admin) Purge(ctx context.Context, olderThan time.Duration, opts *PurgeO
 		}
 		progress = opts.Progress
 	}
-	var total, cursor int64
+	ok, err := a.store.PurgeIndex(ctx, a.db)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: purge: %w", err)
+	}
+	if !ok {
+		return 0, fmt.Errorf("outbox: purge: %w: the index %s_done the purge reads is missing", ErrTableOutdated, a.store.Table.Name)
+	}
+	var total int64
+	var cursor store.PurgeCursor
 	for {
 		n, next, err := a.store.PurgeBatch(ctx, a.db, olderThan, cursor, batch)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outbox"
@@ -210,4 +211,11 @@ func TestAdminPurge(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n, "older-than 0 purges every done row")
 	require.Len(t, b.rows(t), 2)
+
+	// Without the done index (a table migrate has not upgraded) every
+	// batch would read and sort all done rows: the purge refuses instead.
+	b.exec(t, "DROP INDEX "+pgx.Identifier{b.schema, "outbox_done"}.Sanitize())
+	_, err = b.admin.Purge(t.Context(), 0, nil)
+	require.ErrorIs(t, err, outbox.ErrTableOutdated)
+	require.ErrorContains(t, err, "outbox_done")
 }

@@ -434,7 +434,7 @@ func testMigrate(t *testing.T, bin string) {
 	require.NoError(t, err)
 	indexes, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	require.Equal(t, []string{"outbox_aggregate_head", "outbox_dead", "outbox_leased", "outbox_pkey", "outbox_ready"}, indexes)
+	require.Equal(t, []string{"outbox_aggregate_head", "outbox_dead", "outbox_done", "outbox_leased", "outbox_pkey", "outbox_ready"}, indexes)
 }
 
 func testMigrateConcurrently(t *testing.T, bin string) {
@@ -447,7 +447,7 @@ func testMigrateConcurrently(t *testing.T, bin string) {
 	var n int
 	require.NoError(t, testdb.Pool(t).QueryRow(context.Background(),
 		`SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND tablename = 'fresh'`, c.schema).Scan(&n))
-	require.Equal(t, 5, n, "primary key, ready, leased, aggregate head and dead indexes")
+	require.Equal(t, 6, n, "primary key, ready, leased, aggregate head, dead and done indexes")
 }
 
 func testEnqueue(t *testing.T, bin string) {

@@ -62,7 +62,7 @@ func (s *Store) CheckListen(ctx context.Context, db interface {
 // the table: its indexes and the waiters and audit tables.
 func (s *Store) migratedRelations() []string {
 	var out []string
-	for _, suffix := range []string{"_ready", "_leased", "_aggregate_head", "_dead", "_waiters", "_audit"} {
+	for _, suffix := range []string{"_ready", "_leased", "_aggregate_head", "_dead", "_done", "_waiters", "_audit"} {
 		out = append(out, s.Table.Name+suffix)
 	}
 	return out

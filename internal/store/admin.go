@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Status is a snapshot of the table's health.
@@ -104,19 +105,41 @@ func (s *Store) DeadSkip(ctx context.Context, db DB, ids []int64) ([]int64, erro
 	return out, translate(err)
 }
 
-// PurgeBatch deletes at most limit done rows older than olderThan with
-// id > afterID. It returns how many it deleted and the highest id deleted
-// (afterID when none), the cursor for the next batch.
-func (s *Store) PurgeBatch(ctx context.Context, db DB, olderThan time.Duration, afterID int64, limit int) (int64, int64, error) {
-	var maxID, n int64
-	err := db.QueryRow(ctx, s.purge, olderThan.Microseconds(), afterID, limit).Scan(&maxID, &n)
+// PurgeCursor is where the next purge batch starts: after the done row
+// (DoneAt, ID). The zero value starts at the first.
+type PurgeCursor struct {
+	DoneAt time.Time
+	ID     int64
+}
+
+// PurgeIndex reports whether the index the purge reads exists and is
+// valid. A table that lacks it is outdated: each batch would read every
+// done row.
+func (s *Store) PurgeIndex(ctx context.Context, db DB) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, s.purgeIndex, s.Table.ident("_done")).Scan(&ok)
+	return ok, translate(err)
+}
+
+// PurgeBatch deletes at most limit done rows that finished more than
+// olderThan ago, oldest first, after the cursor. It returns how many it
+// deleted and the cursor for the next batch (after, when none).
+func (s *Store) PurgeBatch(ctx context.Context, db DB, olderThan time.Duration, after PurgeCursor, limit int) (int64, PurgeCursor, error) {
+	at := pgtype.Timestamptz{Time: after.DoneAt, Valid: true}
+	if after.DoneAt.IsZero() {
+		at = pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	}
+	var n int64
+	var lastAt *time.Time
+	var lastID *int64
+	err := db.QueryRow(ctx, s.purge, olderThan.Microseconds(), at, after.ID, limit).Scan(&n, &lastAt, &lastID)
 	if err != nil {
-		return 0, afterID, translate(err)
+		return 0, after, translate(err)
 	}
-	if n == 0 {
-		maxID = afterID
+	if n == 0 || lastAt == nil || lastID == nil {
+		return 0, after, nil
 	}
-	return n, maxID, nil
+	return n, PurgeCursor{DoneAt: *lastAt, ID: *lastID}, nil
 }
 
 // InsertSQL returns a producer INSERT of n messages with positional

@@ -19,3 +19,6 @@ func (s *Store) BreakdownSQL() string { return s.console.breakdownEvent }
 
 // OwnersSQL returns the statement Owners runs, for plan tests.
 func (s *Store) OwnersSQL() string { return s.console.owners }
+
+// PurgeSQL returns the statement PurgeBatch runs, for plan tests.
+func (s *Store) PurgeSQL() string { return s.purge }

@@ -82,6 +82,7 @@ func (t Table) replacer() *strings.Replacer {
 		"{{leased_index}}", t.bare("_leased"),
 		"{{aggregate_index}}", t.bare("_aggregate_head"),
 		"{{dead_index}}", t.bare("_dead"),
+		"{{done_index}}", t.bare("_done"),
 		"{{audit}}", t.ident("_audit"),
 	)
 }

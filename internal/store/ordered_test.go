@@ -108,7 +108,10 @@ func explainAnalyze(t *testing.T, b *testBundle, q, args string) (string, planNo
 	ctx := t.Context()
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // always rolled back
+	// A prepared statement outlives the rollback: drop it after, so the
+	// pooled connection can run the next probe.
+	defer tx.Conn().Exec(context.WithoutCancel(ctx), "DEALLOCATE analyze_probe") //nolint:errcheck // best effort
+	defer tx.Rollback(context.WithoutCancel(ctx))                                //nolint:errcheck // always rolled back
 	_, err = tx.Exec(ctx, "PREPARE analyze_probe AS "+q)
 	require.NoError(t, err)
 	var js string

@@ -17,15 +17,17 @@ import (
 
 // planNode is the part of EXPLAIN (FORMAT JSON) output the assertions read.
 type planNode struct {
-	NodeType     string     `json:"Node Type"`
-	RelationName string     `json:"Relation Name"`
-	Schema       string     `json:"Schema"`
-	Alias        string     `json:"Alias"`
-	IndexName    string     `json:"Index Name"`
-	IndexCond    string     `json:"Index Cond"`
-	ActualRows   int        `json:"Actual Rows"`
-	ActualLoops  int        `json:"Actual Loops"`
-	Plans        []planNode `json:"Plans"`
+	NodeType     string `json:"Node Type"`
+	RelationName string `json:"Relation Name"`
+	Schema       string `json:"Schema"`
+	Alias        string `json:"Alias"`
+	IndexName    string `json:"Index Name"`
+	IndexCond    string `json:"Index Cond"`
+	ActualRows   int    `json:"Actual Rows"`
+	ActualLoops  int    `json:"Actual Loops"`
+	// RemovedByFilter are the rows a scan read and its filter dropped.
+	RemovedByFilter int        `json:"Rows Removed by Filter"`
+	Plans           []planNode `json:"Plans"`
 }
 
 // walk calls fn on n and every node below it.
@@ -130,6 +132,15 @@ func TestPlansUsePartialIndexes(t *testing.T) {
 			// Probes for the given ids, or a read of the processing rows
 			// when the statistics say there are next to none.
 			anyOf: []string{name + "_pkey", name + "_leased"},
+		},
+		{
+			name: "Purge",
+			sql:  b.st.PurgeSQL(),
+			// older than (2 h in µs: none is), cursor done_at and id, batch.
+			args: "7200000000, '-infinity', 0, 1000",
+			// The front of the done index, never a walk of the done rows
+			// by id.
+			want: []string{name + "_done"},
 		},
 		{
 			name: "Undelivered",

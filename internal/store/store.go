@@ -39,6 +39,7 @@ type Store struct {
 	claim, claimOrdered, finalize, resolve, wait, unwait      string
 	finalizeWritten                                           string
 	status, deadList, deadRetry, deadSkip, purge, undelivered string
+	purgeIndex                                                string
 	types, heartbeat                                          string
 	gauges, access                                            string
 	seed                                                      SeedStatements
@@ -83,6 +84,7 @@ func newStore(t Table) *Store {
 		deadRetry:       load("sql/dead_retry.sql"),
 		deadSkip:        load("sql/dead_skip.sql"),
 		purge:           load("sql/purge.sql"),
+		purgeIndex:      load("sql/purge_index.sql"),
 		undelivered:     load("sql/undelivered.sql"),
 		types:           load("sql/undelivered_types.sql"),
 		heartbeat:       load("sql/heartbeat.sql"),
