@@ -39,6 +39,11 @@ type Producer struct {
 // tx is a pgx transaction (pgx.Tx, or anything with pgx's Query method) or a
 // database/sql transaction (*sql.Tx, or anything with QueryContext). It
 // returns the new ids in the order of msgs.
+//
+// A pool, a connection or a *sql.DB (*pgxpool.Pool, *pgx.Conn, *sql.DB,
+// *sql.Conn: anything that can begin a transaction but is not one) is
+// refused with a [*NotInTransactionError] before anything is written: an
+// insert there would commit on its own, apart from the business change.
 func Enqueue(ctx context.Context, tx any, msgs ...NewMessage) ([]int64, error) {
 	return Producer{}.Enqueue(ctx, tx, msgs...)
 }
@@ -51,6 +56,48 @@ type sqlQuerier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
+// NotInTransactionError is returned by [Enqueue] when given something that
+// begins transactions (a pool, a connection, a *sql.DB) instead of a
+// transaction. errors.Is(err, &NotInTransactionError{}) matches any of them.
+type NotInTransactionError struct {
+	// Type is the Go type that was passed, such as "*pgxpool.Pool".
+	Type string
+}
+
+func (e *NotInTransactionError) Error() string {
+	return "outbox: enqueue: " + e.Type + " is not a transaction: begin one (pool.Begin, db.BeginTx) and enqueue inside it " +
+		"so the messages commit or roll back with the business change"
+}
+
+// Is matches any *NotInTransactionError.
+func (e *NotInTransactionError) Is(target error) bool {
+	_, ok := target.(*NotInTransactionError)
+	return ok
+}
+
+// notInTransaction reports whether tx can begin a transaction but cannot
+// commit one: a pool or connection in autocommit, not a transaction.
+// pgx.Tx also has Begin (a savepoint), but it has Commit as well.
+func notInTransaction(tx any) bool {
+	type pgxBeginner interface {
+		Begin(ctx context.Context) (pgx.Tx, error)
+	}
+	type sqlBeginner interface {
+		BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+	}
+	type committer interface {
+		Commit(ctx context.Context) error
+	}
+	if _, ok := tx.(sqlBeginner); ok {
+		return true
+	}
+	if _, ok := tx.(pgxBeginner); ok {
+		_, commits := tx.(committer)
+		return !commits
+	}
+	return false
+}
+
 // maxEnqueueRows keeps one INSERT's parameters under PostgreSQL's 65535.
 const maxEnqueueRows = 65535 / store.InsertParams
 
@@ -58,6 +105,9 @@ const maxEnqueueRows = 65535 / store.InsertParams
 func (p Producer) Enqueue(ctx context.Context, tx any, msgs ...NewMessage) ([]int64, error) {
 	if len(msgs) == 0 {
 		return nil, nil
+	}
+	if notInTransaction(tx) {
+		return nil, &NotInTransactionError{Type: fmt.Sprintf("%T", tx)}
 	}
 	table := p.Table
 	if table == "" {

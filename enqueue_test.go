@@ -180,6 +180,40 @@ func TestEnqueue(t *testing.T) {
 		require.ErrorContains(t, err, "unsupported transaction type")
 	})
 
+	t.Run("PoolOrDBIsRefused", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		p := outbox.Producer{Table: b.table}
+		conn, err := b.pool.Acquire(t.Context())
+		require.NoError(t, err)
+		defer conn.Release()
+		db := openSQL(t)
+		sqlConn, err := db.Conn(t.Context())
+		require.NoError(t, err)
+		defer sqlConn.Close()
+
+		for _, tc := range []struct {
+			name string
+			db   any
+			typ  string
+		}{
+			{"PgxPool", b.pool, "*pgxpool.Pool"},
+			{"PgxConn", conn.Conn(), "*pgx.Conn"},
+			{"PgxPoolConn", conn, "*pgxpool.Conn"},
+			{"SQLDB", db, "*sql.DB"},
+			{"SQLConn", sqlConn, "*sql.Conn"},
+		} {
+			ids, err := p.Enqueue(t.Context(), tc.db, threeKinds...)
+			require.ErrorIs(t, err, &outbox.NotInTransactionError{}, tc.name)
+			var nt *outbox.NotInTransactionError
+			require.ErrorAs(t, err, &nt, tc.name)
+			require.Equal(t, tc.typ, nt.Type, tc.name)
+			require.ErrorContains(t, err, "not a transaction", tc.name)
+			require.Nil(t, ids, tc.name)
+		}
+		require.Empty(t, b.stored(t), "nothing was committed outside a transaction")
+	})
+
 	t.Run("NothingToEnqueue", func(t *testing.T) {
 		t.Parallel()
 		ids, err := outbox.Enqueue(t.Context(), nil)
