@@ -82,6 +82,26 @@ func TestRecordCarriesKeyHeadersAndPayload(t *testing.T) {
 	}, got[0].Headers)
 }
 
+// TestProducerHeadersPass: Kafka reserves no header names, so a producer's
+// Nats-* header arrives like any other; only Outbox-* stays the sink's own.
+func TestProducerHeadersPass(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	topic := newTopic("hdr")
+	createTopic(t, c, topic, 1)
+	s := newSink(t, "kafka://"+clusterAddr(c)+"?topic="+topic, nil)
+
+	m := sinktest.NewMessage("order-7")
+	m.Headers = map[string]string{"Nats-Msg-Id": "from-producer", "traceparent": "00-1", "Outbox-Id": "forged"}
+	require.NoError(t, publish(t, s, m, 10*time.Second))
+
+	got := newConsumer(t, clusterAddr(c), topic).Records(t, 1, 10*time.Second)
+	require.Len(t, got, 1)
+	require.Equal(t, "from-producer", got[0].Headers["Nats-Msg-Id"])
+	require.Equal(t, "00-1", got[0].Headers["traceparent"])
+	require.Equal(t, m.IDString(), got[0].Headers[sinkutil.HeaderID])
+}
+
 func TestTopicTemplateIsExpandedAndSanitized(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)

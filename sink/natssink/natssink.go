@@ -501,7 +501,10 @@ var errConnClosed = fmt.Errorf("connection closed before the PubAck arrived: %w"
 // headers returns the NATS headers of msg: Nats-Msg-Id for the stream's
 // deduplication, and the sinkutil metadata.
 func headers(msg *outbox.Message) nats.Header {
-	hs := sinkutil.Headers(msg)
+	// Nats-* names are the server's (Nats-Msg-Id, Nats-Expected-*,
+	// Nats-TTL...): a producer header among them could forge the dedupe
+	// key or change how the stream stores the message.
+	hs := sinkutil.Headers(msg, "Nats-")
 	h := make(nats.Header, len(hs)+1)
 	// A replay gets its own key, or the stream would drop it as a
 	// duplicate of the original delivery within its window.

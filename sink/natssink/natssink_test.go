@@ -196,6 +196,25 @@ func TestReplayIsNotADuplicate(t *testing.T) {
 	require.Equal(t, m.IDString()+"/replay/fix-1", raw[1].Header.Get(jetstream.MsgIDHeader))
 }
 
+// TestProducerNatsHeadersAreLeftOut: the server's Nats-* names stay the
+// sink's own (a producer's Nats-Msg-Id would forge the dedupe key); other
+// producer headers pass.
+func TestProducerNatsHeadersAreLeftOut(t *testing.T) {
+	t.Parallel()
+	js := admin(t, upstream)
+	prefix, stream := newStream(t, js, nil)
+	s := newSink(t, "nats://"+upstream+"?subject="+prefix+".{event_type}", nil)
+	m := sinktest.NewMessage("a")
+	m.Headers = map[string]string{"nats-msg-id": "forged", "Nats-Expected-Stream": "other", "traceparent": "00-1"}
+	require.NoError(t, s.Publish(t.Context(), m))
+
+	raw := newReceiver(js, stream).receiveRaw(t, 1, time.Second)
+	require.Len(t, raw, 1)
+	require.Equal(t, []string{m.IDString()}, raw[0].Header.Values(jetstream.MsgIDHeader))
+	require.Empty(t, raw[0].Header.Values("Nats-Expected-Stream"))
+	require.Equal(t, "00-1", raw[0].Header.Get("traceparent"))
+}
+
 func TestNoStreamIsPermanent(t *testing.T) {
 	t.Parallel()
 	s := newSink(t, "nats://"+upstream+"?subject="+uniqueName("nostream")+".x", nil)

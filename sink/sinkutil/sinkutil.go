@@ -33,16 +33,18 @@ type Header struct{ Key, Value string }
 // Headers returns the metadata of m in a fixed order: the Outbox-* headers,
 // then the producer's headers (m.Headers, e.g. traceparent) sorted by name.
 // A producer header never replaces a sink's own: names starting with
-// "Outbox-" or "Nats-" (the broker's protocol headers), in any case, are
-// left out.
-func Headers(m *outbox.Message) []Header {
+// "Outbox-", and names starting with any of reservedPrefixes (the calling
+// sink's broker protocol headers, such as NATS's "Nats-"), compared without
+// regard to case, are left out. Every other producer header passes, so a
+// "Nats-" header reaches a Kafka, AMQP or MQTT consumer untouched.
+func Headers(m *outbox.Message, reservedPrefixes ...string) []Header {
 	hs := ownHeaders(m)
 	if len(m.Headers) == 0 {
 		return hs
 	}
 	keys := make([]string, 0, len(m.Headers))
 	for k := range m.Headers {
-		if k == "" || reserved(k) {
+		if k == "" || reserved(k, reservedPrefixes) {
 			continue
 		}
 		keys = append(keys, k)
@@ -54,9 +56,20 @@ func Headers(m *outbox.Message) []Header {
 	return hs
 }
 
-func reserved(name string) bool {
-	lower := strings.ToLower(name)
-	return strings.HasPrefix(lower, "outbox-") || strings.HasPrefix(lower, "nats-")
+func reserved(name string, prefixes []string) bool {
+	if hasPrefixFold(name, "Outbox-") {
+		return true
+	}
+	for _, p := range prefixes {
+		if p != "" && hasPrefixFold(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 func ownHeaders(m *outbox.Message) []Header {

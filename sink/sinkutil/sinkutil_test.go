@@ -43,11 +43,24 @@ func TestHeadersPassProducerHeaders(t *testing.T) {
 	m := &outbox.Message{ID: 7, EventType: "E", Headers: map[string]string{
 		"traceparent": "00-abc-def-01", "x-b": "2", "OUTBOX-ID": "forged", "Nats-Msg-Id": "forged", "": "x",
 	}}
-	hs := sinkutil.Headers(m)
+	hs := sinkutil.Headers(m, "Nats-")
 	require.Equal(t, sinkutil.Header{Key: sinkutil.HeaderID, Value: "7"}, hs[0])
 	require.Equal(t, []sinkutil.Header{{Key: "traceparent", Value: "00-abc-def-01"}, {Key: "x-b", Value: "2"}}, hs[7:],
 		"producer headers follow the sink's own, sorted, and never replace them")
 	require.Len(t, sinkutil.Headers(&outbox.Message{}), 7)
+}
+
+func TestHeadersReserveOnlyTheCallersPrefixes(t *testing.T) {
+	t.Parallel()
+	m := &outbox.Message{ID: 7, Headers: map[string]string{
+		"Nats-Trace": "t", "nats-msg-id": "n", "outbox-attempt": "forged", "Kafka-X": "k",
+	}}
+	require.Equal(t, []sinkutil.Header{{Key: "Kafka-X", Value: "k"}, {Key: "Nats-Trace", Value: "t"}, {Key: "nats-msg-id", Value: "n"}},
+		sinkutil.Headers(m)[7:], "with no reserved prefixes only Outbox-* is the sink's own")
+	require.Equal(t, []sinkutil.Header{{Key: "Kafka-X", Value: "k"}}, sinkutil.Headers(m, "Nats-")[7:],
+		"a reserved prefix matches in any case")
+	require.Equal(t, []sinkutil.Header{{Key: "Nats-Trace", Value: "t"}, {Key: "nats-msg-id", Value: "n"}},
+		sinkutil.Headers(m, "kafka-", "")[7:], "an empty prefix reserves nothing more")
 }
 
 func TestScrub(t *testing.T) {
