@@ -53,8 +53,8 @@ var allClasses = []string{classSinkBadText, classErrorText, classSinkAuth, class
 	classPublishHang, classMigrate, classSearchPath, classOrderedRun}
 
 // defaultClasses are drawn by every run unless CHAOS_CLASSES leaves them
-// out.
-var defaultClasses = []string{classSinkBadText, classSinkReject, classErrorText, classOrderedRun}
+// out: every class, since outboxd handles each of them.
+var defaultClasses = allClasses
 
 type classSet map[string]bool
 
