@@ -16,6 +16,7 @@ import (
 
 	"github.com/outboxd/outbox"
 	"github.com/outboxd/outbox/internal/jsonout"
+	"github.com/outboxd/outbox/sink/sinkutil"
 )
 
 func runMigrate(ctx context.Context, e *env, args []string) error {
@@ -478,9 +479,21 @@ func noArgs(fs interface {
 	Name() string
 }) error {
 	if len(fs.Args()) > 0 {
-		return usagef("%s: unexpected argument %q", fs.Name(), fs.Args()[0])
+		return usagef("%s: unexpected argument %s", fs.Name(), shownArg(fs.Args()[0]))
 	}
 	return nil
+}
+
+// shownArg quotes a stray argument for an error, unless it may hold a
+// secret: a URL is shown redacted, a DSN-like word not at all.
+func shownArg(a string) string {
+	switch {
+	case strings.Contains(a, "://"):
+		return strconv.Quote(sinkutil.RedactURL(a))
+	case strings.Contains(a, "="):
+		return "(not shown: it may hold a password; flags are written --name value)"
+	}
+	return strconv.Quote(a)
 }
 
 func parseIDs(args []string) ([]int64, error) {

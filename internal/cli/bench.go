@@ -18,6 +18,7 @@ import (
 
 	"github.com/outboxd/outbox"
 	"github.com/outboxd/outbox/internal/store"
+	"github.com/outboxd/outbox/sink/sinkutil"
 )
 
 // benchOpts are the inputs of one bench run.
@@ -80,7 +81,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	}
 	defer pool.Close()
 	host, _ := os.Hostname()
-	fmt.Fprintf(e.stdout, "outboxd bench on %s: sink %s, workers %d, batch %d\n", host, redactURL(o.rf.sink), o.rf.workers, o.rf.batch)
+	fmt.Fprintf(e.stdout, "outboxd bench on %s: sink %s, workers %d, batch %d\n", host, sinkutil.RedactURL(o.rf.sink), o.rf.workers, o.rf.batch)
 	if o.producers > 0 {
 		return benchProducers(ctx, e, pool, &o, logger)
 	}

@@ -147,9 +147,47 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 			usage()
 			return flag.ErrHelp
 		}
+		var quiet error
+		fs.VisitAll(func(f *flag.Flag) {
+			if q, ok := f.Value.(*quietValue); ok && q.err != nil && quiet == nil {
+				quiet = usagef("%s: invalid value for --%s: %v", fs.Name(), f.Name, q.err)
+			}
+		})
+		if quiet != nil {
+			return quiet
+		}
 		return usagef("%s: %v", fs.Name(), err)
 	}
 	return nil
+}
+
+// quietValue wraps a flag.Value whose text may hold a secret (a sink URL
+// with its password or token). The flag package reports a failed Set as
+// `invalid value "RAW" for flag -NAME: ERR`, the raw value included;
+// parseFlags reports a quietValue's failure by the flag's name and the
+// error alone, so the wrapped Set must not quote its value either.
+type quietValue struct {
+	flag.Value
+	err error
+}
+
+// String is the wrapped value's; the flag package also calls it on a zero
+// quietValue, for defaults.
+func (q *quietValue) String() string {
+	if q == nil || q.Value == nil {
+		return ""
+	}
+	return q.Value.String()
+}
+
+func (q *quietValue) Set(s string) error {
+	q.err = q.Value.Set(s)
+	return q.err
+}
+
+// quietVar defines a flag whose value is never echoed in errors.
+func quietVar(fs *flag.FlagSet, v flag.Value, name, usage string) {
+	fs.Var(&quietValue{Value: v}, name, usage)
 }
 
 func runVersion(_ context.Context, e *env, _ []string) error {

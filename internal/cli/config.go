@@ -6,12 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"sort"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/outboxd/outbox/sink/sinkutil"
 )
 
 // Configuration comes in layers, highest precedence first:
@@ -162,21 +163,23 @@ func stringList(v any) ([]string, error) {
 
 // parseRouteFlag parses --route "event_type=Order*,aggregate_type=order=URL":
 // filters, then "=" and the sink URL after the last filter. Filter values
-// may hold several patterns separated by "|".
+// may hold several patterns separated by "|". Its errors never quote the
+// value, which holds a URL and maybe its password.
 func parseRouteFlag(s string) (routeSpec, error) {
+	const want = "want FILTER[,FILTER]=URL with filters aggregate_type or event_type, e.g. event_type=Order*=nats://127.0.0.1:4222?subject=orders"
 	var r routeSpec
 	rest := s
 	for {
 		key, after, ok := strings.Cut(rest, "=")
 		if !ok {
-			return r, usagef("--route %q: want FILTER[,FILTER]=URL, e.g. event_type=Order*=nats://127.0.0.1:4222?subject=orders", redactURL(s))
+			return r, errors.New(want)
 		}
 		value, tail, more := strings.Cut(after, ",")
 		if !more || strings.Contains(value, "=") {
 			// The last filter: its value runs to the next "=", then the URL.
 			v, u, ok := strings.Cut(after, "=")
 			if !ok || u == "" {
-				return r, usagef("--route %q: no sink URL after the filters", redactURL(s))
+				return r, errors.New("no sink URL after the filters; " + want)
 			}
 			value, r.Sink = v, u
 			more = false
@@ -188,13 +191,31 @@ func parseRouteFlag(s string) (routeSpec, error) {
 		case "event_type":
 			r.EventTypes = append(r.EventTypes, patterns...)
 		default:
-			return r, usagef("--route %q: unknown filter %q (want aggregate_type or event_type)", redactURL(s), key)
+			if !isFilterName(key) {
+				// Likely a URL written without filters: not shown.
+				return r, errors.New(want)
+			}
+			return r, fmt.Errorf("unknown filter %q; %s", key, want)
 		}
 		if !more {
 			return r, nil
 		}
 		rest = tail
 	}
+}
+
+// isFilterName reports whether s looks like a filter name (lower-case
+// letters and underscores) rather than part of a URL.
+func isFilterName(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for _, c := range s {
+		if (c < 'a' || c > 'z') && c != '_' {
+			return false
+		}
+	}
+	return true
 }
 
 // routeFlags collects repeated --route flags.
@@ -244,26 +265,19 @@ func applyLayers(fs *flag.FlagSet, file *configFile, getenv func(string) string)
 	return sources, err
 }
 
-// maskSecret hides secrets in a value for display: URL passwords, DSN
-// password= settings, and whole values of secret flags.
+// maskSecret hides secrets in a value for display: whole values of secret
+// flags, the password settings of the DSN (parsed, never echoed when it does
+// not parse) and the userinfo of sink URLs.
 func maskSecret(name, value string) string {
-	if value == "" {
+	switch {
+	case value == "":
 		return value
-	}
-	if strings.Contains(name, "secret") || strings.Contains(name, "password") {
+	case sinkutil.IsSecretKey(name):
 		return "*****"
-	}
-	if u, err := url.Parse(value); err == nil && u.User != nil {
-		if _, has := u.User.Password(); has {
-			return u.Redacted()
-		}
-	}
-	if i := strings.Index(value, "password="); i >= 0 {
-		end := strings.IndexByte(value[i:], ' ')
-		if end < 0 {
-			return value[:i] + "password=*****"
-		}
-		return value[:i] + "password=*****" + value[i+end:]
+	case name == "dsn":
+		return redactDSN(value)
+	case name == "sink" || strings.Contains(value, "://"):
+		return sinkutil.RedactURL(value)
 	}
 	return value
 }

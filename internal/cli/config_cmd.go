@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/outboxd/outbox/sink/route"
+	"github.com/outboxd/outbox/sink/sinkutil"
 )
 
 func runConfig(ctx context.Context, e *env, args []string) error {
@@ -41,7 +42,7 @@ func runConfig(ctx context.Context, e *env, args []string) error {
 		if err := checkSinkURL(r.Sink); err != nil {
 			return err
 		}
-		rs = append(rs, route.Route{Name: r.Sink, AggregateTypes: r.AggregateTypes, EventTypes: r.EventTypes, Sink: nullSink()})
+		rs = append(rs, route.Route{Name: sinkutil.RedactURL(r.Sink), AggregateTypes: r.AggregateTypes, EventTypes: r.EventTypes, Sink: nullSink()})
 	}
 	if _, err := route.New(rs, nil); err != nil {
 		return usagef("routes: %v", err)
@@ -56,9 +57,9 @@ func runConfig(ctx context.Context, e *env, args []string) error {
 		if f.Name == "config" || f.Name == "route" || f.Name == connectFlag {
 			return
 		}
-		value := f.Value.String()
+		value := maskSecret(f.Name, f.Value.String())
 		if f.Name == "dsn" && value == "" && e.getenv("OUTBOX_DSN") != "" {
-			value = e.getenv("OUTBOX_DSN")
+			value = maskSecret(f.Name, e.getenv("OUTBOX_DSN"))
 		}
 		if f.Name == "dsn" && value == "" {
 			value = "(libpq environment)"
@@ -66,7 +67,7 @@ func runConfig(ctx context.Context, e *env, args []string) error {
 		if f.Name == "publish-timeout" && s.sources[f.Name] == fromDefault {
 			value = effective.PublishTimeout.String() // derived from the lease
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\n", f.Name, maskSecret(f.Name, value), s.sources[f.Name])
+		fmt.Fprintf(w, "%s\t%s\t%s\n", f.Name, value, s.sources[f.Name])
 	})
 	if err := w.Flush(); err != nil {
 		return err
@@ -110,7 +111,7 @@ func checkSinkURL(raw string) error {
 	}
 	if check := sinkCheckers[scheme]; check != nil {
 		if err := check(bareScheme(raw)); err != nil {
-			return usagef("sink %s: %s", redactURL(raw), strings.TrimPrefix(err.Error(), scheme+"sink: "))
+			return usagef("sink %s: %s", sinkutil.RedactURL(raw), strings.TrimPrefix(err.Error(), scheme+"sink: "))
 		}
 	}
 	return nil

@@ -43,7 +43,7 @@ func (d *dbFlags) connect(ctx context.Context, e *env, maxConns int32) (*pgxpool
 	dsn := d.resolveDSN(e)
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, usagef("invalid DSN: %s", redact(err.Error(), dsn, ""))
+		return nil, usagef("invalid DSN: %s", dsnErrText(err, dsn))
 	}
 	password := cfg.ConnConfig.Password
 	if maxConns > 0 {
@@ -52,13 +52,13 @@ func (d *dbFlags) connect(ctx context.Context, e *env, maxConns int32) (*pgxpool
 	cfg.ConnConfig.ConnectTimeout = cmpDuration(cfg.ConnConfig.ConnectTimeout, 10*time.Second)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to PostgreSQL: %s", redact(err.Error(), dsn, password))
+		return nil, fmt.Errorf("connecting to PostgreSQL: %s", scrubDSN(err.Error(), dsn, password))
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, cfg.ConnConfig.ConnectTimeout+time.Second)
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("cannot reach PostgreSQL: %s", redact(describeConnErr(err), dsn, password))
+		return nil, fmt.Errorf("cannot reach PostgreSQL: %s", scrubDSN(describeConnErr(err), dsn, password))
 	}
 	return pool, nil
 }
@@ -76,18 +76,6 @@ func describeConnErr(err error) string {
 		return pgErr.Message
 	}
 	return err.Error()
-}
-
-// redact removes the password (and the whole DSN, which may hold it in a
-// form the parser could not read) from an error text.
-func redact(msg, dsn, password string) string {
-	if dsn != "" && len(dsn) > 8 {
-		msg = strings.ReplaceAll(msg, dsn, "[dsn redacted]")
-	}
-	if password != "" {
-		msg = strings.ReplaceAll(msg, password, "xxxxx")
-	}
-	return msg
 }
 
 // admin connects and returns an Admin for the table.

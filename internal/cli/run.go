@@ -18,6 +18,7 @@ import (
 	"github.com/outboxd/outbox"
 	"github.com/outboxd/outbox/metrics"
 	"github.com/outboxd/outbox/sink/route"
+	"github.com/outboxd/outbox/sink/sinkutil"
 	"github.com/outboxd/outbox/tracing"
 )
 
@@ -136,7 +137,7 @@ func newRunSetup(e *env, name, synopsis string) *runSetup {
 	s.fs.StringVar(&s.consoleAddr, "console-addr", "", "serve the web console and its API on this address (e.g. 127.0.0.1:8080)")
 	s.fs.BoolVar(&s.consoleWrite, "console-write", false, "allow the console's actions that change rows (dead retry/skip, replay)")
 	durVar(s.fs, &s.retention, "retention", 0, "purge done rows older than this in the background (e.g. 7d); 0 = keep them")
-	s.fs.Var(&s.routes, "route", "route FILTER[,FILTER]=URL, e.g. event_type=Order*=http://orders/hook (repeatable; replaces the file's routes)")
+	quietVar(s.fs, &s.routes, "route", "route FILTER[,FILTER]=URL, e.g. event_type=Order*=http://orders/hook (repeatable; replaces the file's routes)")
 	return s
 }
 
@@ -224,7 +225,7 @@ func (s *runSetup) openSinks(e *env, logger *slog.Logger, tracer trace.TracerPro
 			closeAll()
 			return nil, nil, err
 		}
-		rs = append(rs, route.Route{Name: redactURL(r.Sink), AggregateTypes: r.AggregateTypes, EventTypes: r.EventTypes, Sink: sk})
+		rs = append(rs, route.Route{Name: sinkutil.RedactURL(r.Sink), AggregateTypes: r.AggregateTypes, EventTypes: r.EventTypes, Sink: sk})
 	}
 	var def outbox.Sink
 	if s.hasDefaultSink() {

@@ -18,6 +18,7 @@ import (
 	"github.com/outboxd/outbox/sink/mqttsink"
 	"github.com/outboxd/outbox/sink/natssink"
 	"github.com/outboxd/outbox/sink/redissink"
+	"github.com/outboxd/outbox/sink/sinkutil"
 	"github.com/outboxd/outbox/sink/stdoutsink"
 	"github.com/outboxd/outbox/tracing"
 )
@@ -124,12 +125,16 @@ func sinkSchemes() []string {
 func parseSinkURL(rawURL string) (string, error) {
 	rawURL = bareScheme(rawURL)
 	u, err := url.Parse(rawURL)
-	if err != nil || u.Scheme == "" {
-		return "", usagef("--sink %q is not a URL (supported schemes: %s)", redactURL(rawURL), strings.Join(sinkSchemes(), ", "))
+	if err != nil {
+		// Never echoed: nothing says where a secret in it ends.
+		return "", usagef("--sink %s: %s (supported schemes: %s)", sinkutil.UnparseableURL, sinkutil.ParseErrText(err), strings.Join(sinkSchemes(), ", "))
+	}
+	if u.Scheme == "" {
+		return "", usagef("--sink %q is not a URL: no scheme (supported schemes: %s)", sinkutil.RedactURL(rawURL), strings.Join(sinkSchemes(), ", "))
 	}
 	scheme := strings.ToLower(u.Scheme)
 	if !slices.Contains(sinkSchemes(), scheme) {
-		return "", usagef("unknown sink scheme %q in --sink (supported: %s)", u.Scheme, strings.Join(sinkSchemes(), ", "))
+		return "", usagef("unknown sink scheme %q (supported: %s)", u.Scheme, strings.Join(sinkSchemes(), ", "))
 	}
 	return scheme, nil
 }
@@ -142,7 +147,7 @@ func openSink(rawURL string, se *sinkEnv) (outbox.Sink, error) {
 	}
 	s, err := sinkFactories[scheme](bareScheme(rawURL), se)
 	if err != nil {
-		return nil, usagef("--sink %s: %s", redactURL(rawURL), strings.TrimPrefix(err.Error(), scheme+"sink: "))
+		return nil, usagef("--sink %s: %s", sinkutil.RedactURL(rawURL), strings.TrimPrefix(err.Error(), scheme+"sink: "))
 	}
 	if se.tracer != nil {
 		s = tracing.WrapSink(s, &tracing.Options{TracerProvider: se.tracer, System: tracing.SystemForScheme(scheme)})
@@ -152,15 +157,6 @@ func openSink(rawURL string, se *sinkEnv) (outbox.Sink, error) {
 
 func nullSink() outbox.Sink {
 	return outbox.SinkFunc(func(context.Context, *outbox.Message) error { return nil })
-}
-
-// redactURL hides a password in a URL for messages.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "[unparseable URL]"
-	}
-	return u.Redacted()
 }
 
 // bareScheme accepts "stdout" and "null" for "stdout:" and "null:" (a

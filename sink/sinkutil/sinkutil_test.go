@@ -71,6 +71,40 @@ func TestScrub(t *testing.T) {
 	_, err := url.Parse(raw)
 	require.Error(t, err)
 	require.NotContains(t, sinkutil.ParseErrText(err), "s3cret")
+	require.Equal(t, "connecting as xxxxx failed", sinkutil.Scrub("connecting as TOKEN42 failed", "nats://TOKEN42@host"),
+		"a lone user part is a token")
+	require.Equal(t, "token xxxxx refused", sinkutil.Scrub("token tok%en refused", "http://h/x?token=tok%25en"),
+		"secret query values go too, percent-decoded")
+}
+
+func TestRedactURL(t *testing.T) {
+	t.Parallel()
+	for _, tt := range [][2]string{
+		{"nats://TOKEN@127.0.0.1:4222?subject=x", "nats://xxxxx@127.0.0.1:4222?subject=x"},
+		{"amqp://guest:s3cret@h/vh?routing_key=a", "amqp://xxxxx@h/vh?routing_key=a"},
+		{"redis://:s3cret@h/0", "redis://xxxxx@h/0"},
+		{"http://h/hook?a=1&token=s3cret&Password=x&b=2", "http://h/hook?a=1&token=xxxxx&Password=xxxxx&b=2"},
+		{"stdout:", "stdout:"},
+		{"", ""},
+		{"nats://u:p/w@h", sinkutil.UnparseableURL},
+		{"http://u:s3cret@[::1/x", sinkutil.UnparseableURL},
+	} {
+		require.Equal(t, tt[1], sinkutil.RedactURL(tt[0]), tt[0])
+	}
+}
+
+func TestParseErrTextDropsTheValue(t *testing.T) {
+	t.Parallel()
+	// The "port" url.Parse complains about is the start of the password.
+	_, err := url.Parse("nats://u:pw/rest@h")
+	require.Error(t, err)
+	require.Equal(t, "invalid port after host", sinkutil.ParseErrText(err))
+	_, err = url.Parse("http://h/%zzsecret")
+	require.Equal(t, "invalid URL escape", sinkutil.ParseErrText(err))
+	require.Equal(t, `missing "=" after in connection info string`,
+		sinkutil.DropQuoted(`missing "=" after "password s3cret" in connection info string`), "a one-character quote stays")
+	require.Equal(t, `bad "\\" and`, sinkutil.DropQuoted(`bad "\\" and "x\"y"`))
+	require.Equal(t, `unterminated "abc`, sinkutil.DropQuoted(`unterminated "abc`))
 }
 
 func TestHeadersMarkAReplay(t *testing.T) {
