@@ -29,8 +29,10 @@ const (
 // field takes the default its comment names.
 type Config struct {
 	// BatchSize is how many rows one claim leases at most. Defaults to 100.
-	// Keep BatchSize × (slowest publish) / Workers well inside Lease: rows
-	// wait in the claimed batch until a worker is free.
+	// A claim takes fewer when the workers could not start more within half
+	// the Lease at the running average publish duration: rows wait in the
+	// dispatcher until a worker is free, and their leases are not extended
+	// meanwhile.
 	BatchSize int
 
 	// DeferDelay is how long a [Defer] without its own delay postpones a

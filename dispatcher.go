@@ -38,6 +38,7 @@ type Dispatcher struct {
 	listening atomic.Bool
 	stats     counters
 	breaker   breaker
+	sizer     *claimSizer
 
 	// flights are the rows whose publish has started and that are not yet
 	// finalized, for heartbeats; only kept when heartbeats are on. Keyed by
@@ -86,6 +87,7 @@ func NewDispatcher(pool *pgxpool.Pool, sink Sink, cfg *Config) (*Dispatcher, err
 		log:     c.Logger.With(slog.String("component", "dispatcher"), slog.String("owner", c.Owner)),
 		wake:    make(chan struct{}, 1),
 		freed:   make(chan struct{}, 1),
+		sizer:   newClaimSizer(c),
 	}, nil
 }
 
@@ -303,8 +305,10 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 		return true
 	}
 	for ctx.Err() == nil {
-		if limit-inflight.Load() < int64(d.cfg.BatchSize) {
-			// Workers are saturated: wait for the completer.
+		room := d.sizer.claimRoom(limit, inflight.Load(), d.cfg.BatchSize)
+		if room == 0 {
+			// The workers hold as many rows as they can start well inside
+			// the lease: wait for the completer.
 			select {
 			case <-ctx.Done():
 				return
@@ -313,6 +317,7 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 			continue
 		}
 		batch, wait, extra := d.claimGate(inflight.Load())
+		batch = min(batch, int(room))
 		if batch == 0 {
 			if !sleep(extra, wait) {
 				return
@@ -380,7 +385,7 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 				jobs <- j
 			}
 			buf = rows[:0]
-			if len(rows) < d.cfg.BatchSize {
+			if len(rows) < batch {
 				// A partial batch: the backlog is drained and rows trickle
 				// in. Claiming again at once would take them a few at a
 				// time, each claim and finalize costing the database nearly

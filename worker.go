@@ -27,9 +27,10 @@ func (d *Dispatcher) process(ctx context.Context, j *job) result {
 		return d.release(j, "released unpublished: sink unavailable")
 	}
 	remaining := j.untilDeadline()
-	if remaining < min(d.cfg.PublishTimeout, d.cfg.Lease)/10 {
-		// Waited in its batch until its lease nearly ran out: a publish
-		// this short would time out against a healthy sink.
+	if remaining < d.startWindow() {
+		// Waited in its batch until too little of its lease is left for a
+		// useful publish: the lease cap is not the message's fault, so
+		// the attempt is refunded rather than spent on a cut-short try.
 		return d.release(j, "released unpublished: lease too close to expiry")
 	}
 	timeout, capped := d.cfg.PublishTimeout, false
@@ -52,6 +53,7 @@ func (d *Dispatcher) process(ctx context.Context, j *job) result {
 	failpoint.Hit("after-publish")
 	j.publishDur = time.Since(time.Unix(0, j.started.Load()))
 	j.phase.Store(phasePublished)
+	d.sizer.observe(j.publishDur)
 	d.observeSink(err)
 	if capped && err != nil && errors.Is(pctx.Err(), context.DeadlineExceeded) && transient(err) {
 		// Timed out at the lease's end, not at PublishTimeout: the
@@ -59,6 +61,18 @@ func (d *Dispatcher) process(ctx context.Context, j *job) result {
 		return d.release(j, "released: publish cut short by the lease")
 	}
 	return d.classify(j, err)
+}
+
+// startWindow is the least lease a row must have left for its publish to
+// start. Without heartbeats the publish must end inside the lease: a
+// quarter of the lease, or PublishTimeout if shorter, gives a healthy sink
+// a fair try. With heartbeats the lease must last until the next beat
+// extends it: one HeartbeatInterval (at most a third of the lease).
+func (d *Dispatcher) startWindow() time.Duration {
+	if d.cfg.HeartbeatInterval > 0 {
+		return d.cfg.HeartbeatInterval
+	}
+	return min(d.cfg.PublishTimeout, d.cfg.Lease/4)
 }
 
 // startFlight records that j's publish begins: from now on heartbeats
