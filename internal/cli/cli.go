@@ -15,6 +15,9 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel"
 )
 
 // Exit codes.
@@ -216,10 +219,31 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	case "json":
+		opts.ReplaceAttr = durationAsText
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	default:
 		return nil, usagef("--log-format: %q is not one of text, json", l.format)
 	}
+}
+
+// durationAsText writes a time.Duration attribute as its Go text ("1.5s",
+// "1m0s"), as the text handler does, instead of the JSON handler's integer
+// nanoseconds, which read as a count and mislead in dashboards.
+func durationAsText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
+}
+
+// routeOTelLogs sends the OpenTelemetry SDK's own log (its internal logger
+// writes text to stderr) and its error handler (the log package's default
+// logger: failed span exports) to logger, so they join the log stream.
+func routeOTelLogs(logger *slog.Logger) {
+	otel.SetLogger(logr.FromSlogHandler(logger.Handler()))
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		logger.Warn("tracing: OpenTelemetry error", slog.Any("error", err))
+	}))
 }
 
 // shutdownContext is cancelled by the first SIGTERM or SIGINT, which starts a

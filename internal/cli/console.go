@@ -68,6 +68,7 @@ func runConsole(ctx context.Context, e *env, args []string) error {
 			return usagef("--table: %v", cleanErr(err))
 		}
 	}
+	db.appName = "outboxd-console"
 	pool, err := db.connect(ctx, e, 8)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -20,7 +21,14 @@ type dbFlags struct {
 	dsn    string
 	table  string
 	config string
+	// appName is the application_name the sessions report unless the DSN
+	// or PGAPPNAME names one. Defaults to appNameDefault.
+	appName string
 }
+
+// appNameDefault is the application_name of outboxd's sessions, so that
+// pg_stat_activity and the server's log name them.
+const appNameDefault = "outboxd"
 
 func (d *dbFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&d.dsn, "dsn", "", "PostgreSQL connection string (default $OUTBOX_DSN, else the libpq environment)")
@@ -46,6 +54,10 @@ func (d *dbFlags) connect(ctx context.Context, e *env, maxConns int32) (*pgxpool
 		return nil, usagef("invalid DSN: %s", dsnErrText(err, dsn))
 	}
 	password := cfg.ConnConfig.Password
+	// pgconn has put application_name there if the DSN or PGAPPNAME set it.
+	if _, set := cfg.ConnConfig.RuntimeParams["application_name"]; !set {
+		cfg.ConnConfig.RuntimeParams["application_name"] = cmp.Or(d.appName, appNameDefault)
+	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}

@@ -1,9 +1,13 @@
 package cli
 
 import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
@@ -77,4 +81,19 @@ func FuzzRedactDSN(f *testing.F) {
 			t.Fatalf("%q shows nothing useful: %s", dsn, shown)
 		}
 	})
+}
+
+func TestJSONLogDurationsAsText(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	logger, err := (&logFlags{format: "json", level: "info"}).logger(&buf)
+	require.NoError(t, err)
+	logger.Info("x", slog.Duration("lease", 1500*time.Millisecond), slog.Any("wait", 2*time.Minute),
+		slog.Group("g", slog.Duration("d", time.Millisecond)), slog.Int("n", 3))
+	var rec map[string]any
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &rec))
+	require.Equal(t, "1.5s", rec["lease"])
+	require.Equal(t, "2m0s", rec["wait"])
+	require.Equal(t, map[string]any{"d": "1ms"}, rec["g"])
+	require.Equal(t, float64(3), rec["n"])
 }

@@ -273,6 +273,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	var tracer trace.TracerProvider
 	if tracingOn {
 		tracer = tp
+		routeOTelLogs(logger)
 		logger.Info("tracing on (OTLP over HTTP, from OTEL_* variables)")
 	}
 	sink, router, err := s.openSinks(e, logger, tracer)

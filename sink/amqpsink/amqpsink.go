@@ -57,8 +57,11 @@ type Options struct {
 	// management UI and rabbitmqctl show. Defaults to ConnectionNameDefault.
 	ConnectionName string
 	// Logger receives connection events: attempts that failed, connection
-	// or channel lost, reconnected, broker blocked or unblocked. Defaults
-	// to discarding them.
+	// or channel lost, reconnected, broker blocked or unblocked; and the
+	// lines amqp091-go logs itself (at warn level, message
+	// "amqpsink: amqp091-go"), which it keeps one logger for per process:
+	// the last sink built with a Logger receives them. Defaults to
+	// discarding them.
 	Logger *slog.Logger
 	// TLSConfig is used for an amqps:// URL in place of the certfile,
 	// keyfile, cacertfile and server_name_indication parameters; it is
@@ -124,7 +127,10 @@ func New(rawURL string, opts *Options) (*Sink, error) {
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	} else {
+		libraryLog.Use(opts.Logger)
 	}
+
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Add(1)
 	go s.run()
@@ -254,3 +260,11 @@ func (s *Sink) Close() error {
 	})
 	return nil
 }
+
+// libraryLog receives amqp091-go's own log lines (a channel closed
+// unexpectedly, a reply it could not send). It is installed before any
+// connection exists, since amqp091-go reads its logger without locking;
+// until a sink has a Logger it discards, as amqp091-go's default does.
+var libraryLog = sinkutil.NewLibraryLog("amqpsink: amqp091-go", slog.LevelWarn)
+
+func init() { amqp.SetLogger(libraryLog) }

@@ -101,7 +101,8 @@ var errConnectionLost = errors.New("connection to the broker lost before PUBACK;
 // Options configures a [Sink] beyond what the URL says. A nil *Options means
 // all defaults.
 type Options struct {
-	// Logger receives connection events (up, lost, refused). Defaults to
+	// Logger receives connection events (up, lost, refused) and the error
+	// lines of the client library (autopaho, paho). Defaults to
 	// discarding them.
 	Logger *slog.Logger
 	// TLSConfig is used for mqtts:// URLs (it is cloned; an empty ServerName
@@ -295,6 +296,11 @@ func New(rawURL string, opts *Options) (*Sink, error) {
 		OnConnectionUp:   s.connectionUp,
 		OnConnectionDown: s.connectionDown,
 		OnConnectError:   s.connectError,
+		// The client library's own error lines (a queue entry it could not
+		// read, a session it could not close) join the sink's log; its
+		// debug lines are not wanted.
+		Errors:     libraryLog("mqttsink: autopaho", s.log),
+		PahoErrors: libraryLog("mqttsink: paho", s.log),
 		ClientConfig: paho.ClientConfig{
 			ClientID:      clientID,
 			PacketTimeout: packetTimeout,
@@ -644,4 +650,12 @@ func varIntLen(n int) int {
 		return 3
 	}
 	return 4
+}
+
+// libraryLog returns a logger for the client library's error lines, at
+// warn level under msg.
+func libraryLog(msg string, logger *slog.Logger) *sinkutil.LibraryLog {
+	l := sinkutil.NewLibraryLog(msg, slog.LevelWarn)
+	l.Use(logger)
+	return l
 }

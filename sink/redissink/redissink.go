@@ -96,7 +96,11 @@ const (
 // Options configures a [Sink] beyond what the URL says. A nil *Options means
 // all defaults.
 type Options struct {
-	// Logger receives the sink's rare notices (IDMP detected or not).
+	// Logger receives the sink's rare notices (IDMP detected or not), and
+	// the lines go-redis logs itself (a dial that failed, at warn level,
+	// message "redissink: go-redis"), which go-redis otherwise writes as
+	// text to stderr. go-redis has one logger per process: the last sink
+	// built with a Logger receives them.
 	// Defaults to discarding them.
 	Logger *slog.Logger
 	// TLSConfig is used for rediss:// URLs (it is cloned; an empty
@@ -191,6 +195,8 @@ func New(rawURL string, opts *Options) (*Sink, error) {
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	} else {
+		routeLibraryLog(opts.Logger)
 	}
 	poolSize := PoolSizeDefault
 	pipeline := false
@@ -504,4 +510,24 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 		}
 	}
 	return false
+}
+
+// libraryLog receives go-redis's own log lines once a sink has a Logger.
+var (
+	libraryLog        = sinkutil.NewLibraryLog("redissink: go-redis", slog.LevelWarn)
+	installLibraryLog sync.Once
+)
+
+// routeLibraryLog sends go-redis's process-wide log to logger. go-redis's
+// default (text on stderr) stays until a sink is given a Logger.
+func routeLibraryLog(logger *slog.Logger) {
+	libraryLog.Use(logger)
+	installLibraryLog.Do(func() { redis.SetLogger(redisLogger{}) })
+}
+
+// redisLogger is go-redis's Logging interface over libraryLog.
+type redisLogger struct{}
+
+func (redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	libraryLog.Log(ctx, fmt.Sprintf(format, v...))
 }
