@@ -60,8 +60,8 @@ func TestDeadRetryMatching(t *testing.T) {
 		require.Equal(t, int64(4), n)
 		require.Equal(t, []int64{1, 2, 3, 4}, progress)
 		for i, r := range b.rows(t) {
-			switch {
-			case i == 3 || i == 15 || i == 27 || i == 39:
+			switch i {
+			case 3, 15, 27, 39:
 				require.Equal(t, "pending", r.Status, "row %d", i)
 				require.Zero(t, r.Attempts)
 				require.Equal(t, before[i].LeaseVersion, r.LeaseVersion, "the fencing token never goes back")

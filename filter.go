@@ -65,7 +65,7 @@ func ParseFilter(terms []string) (Filter, error) {
 
 // splitTerm cuts "key<op>value" after the leading name.
 func splitTerm(term string) (key, op, value string) {
-	i := strings.IndexFunc(term, func(r rune) bool { return !(r == '_' || r >= 'a' && r <= 'z') })
+	i := strings.IndexFunc(term, func(r rune) bool { return r != '_' && (r < 'a' || r > 'z') })
 	if i < 0 {
 		return term, "", ""
 	}

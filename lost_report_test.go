@@ -135,7 +135,7 @@ func (c *cutConn) Read(p []byte) (int, error) {
 		buf = append(buf, chunk[:n]...)
 	}
 	c.r.fired.Store(true)
-	_ = c.Conn.Close()
+	_ = c.Close()
 	return 0, io.ErrUnexpectedEOF
 }
 

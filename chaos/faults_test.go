@@ -67,11 +67,6 @@ type planned struct {
 	code     int // the HTTP status of a sink_auth window
 }
 
-// plan draws the fault schedule of a random run.
-func plan(rng *rand.Rand, phase time.Duration, nSlots int, lease, idleTx time.Duration) []planned {
-	return planFrom(weightedFaults, rng, phase, nSlots, lease, idleTx)
-}
-
 // planFrom draws a fault schedule from menu.
 func planFrom(menu []weightedFault, rng *rand.Rand, phase time.Duration, nSlots int, lease, idleTx time.Duration) []planned {
 	total := 0

@@ -55,7 +55,7 @@ func outboxdBinary(t *testing.T) string {
 		cmd.Dir = root
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			buildErr = fmt.Errorf("go build -tags failpoints: %v\n%s", err, out)
+			buildErr = fmt.Errorf("go build -tags failpoints: %w\n%s", err, out)
 		}
 	})
 	if buildErr != nil {
@@ -74,7 +74,6 @@ type proc struct {
 	exited  chan struct{}
 
 	mu         sync.Mutex
-	stopped    bool // SIGSTOPped
 	terminated bool // SIGTERM sent
 	killed     bool // SIGKILL sent by the harness
 }

@@ -492,6 +492,8 @@ func (m *Metrics) Serve(ctx context.Context, addr string) error {
 		m.log.Warn("metrics server did not shut down gracefully; closing it", slog.Any("error", err))
 		_ = srv.Close()
 	}
-	<-served // http.ErrServerClosed
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("metrics: serving on %s: %w", addr, err)
+	}
 	return nil
 }

@@ -385,9 +385,9 @@ func parseSecrets(secrets []string) ([][]byte, error) {
 		key, err := parseSecret(s)
 		if err != nil {
 			if len(secrets) == 1 {
-				return nil, fmt.Errorf("webhook: secret %s", err)
+				return nil, fmt.Errorf("webhook: secret %w", err)
 			}
-			return nil, fmt.Errorf("webhook: secret %d of %d %s", i+1, len(secrets), err)
+			return nil, fmt.Errorf("webhook: secret %d of %d %w", i+1, len(secrets), err)
 		}
 		keys[i] = key
 	}

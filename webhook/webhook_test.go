@@ -68,7 +68,7 @@ func requireOnly(t *testing.T, err, want error) {
 	t.Helper()
 	require.ErrorIs(t, err, want)
 	for _, other := range sentinels {
-		if other != want {
+		if !errors.Is(other, want) {
 			require.NotErrorIs(t, err, other)
 		}
 	}
@@ -455,7 +455,7 @@ func TestSecretsNeverInErrors(t *testing.T) {
 	secret := "whsec_" + encoded
 	key, err := base64.StdEncoding.DecodeString(encoded)
 	require.NoError(t, err)
-	fragments := []string{secret, encoded, encoded[:12], encoded[len(encoded)-12:], string(key), fmt.Sprint(key), fmt.Sprintf("%x", key)}
+	fragments := []string{secret, encoded, encoded[:12], encoded[len(encoded)-12:], string(key), fmt.Sprint(key), fmt.Sprintf("%x", key)} //nolint:staticcheck // QF1010: fmt.Sprint(key) is the byte-list form "[1 2 ...]", a different leak than string(key)
 	requireClean := func(t *testing.T, text string) {
 		t.Helper()
 		for _, f := range fragments {

@@ -151,8 +151,8 @@ func start(t *testing.T, bin string, env []string, stdin io.Reader, args ...stri
 	// A test that fails while the process runs still reaps it.
 	t.Cleanup(func() {
 		cancel()
-		<-p.exited
-		p.exited <- nil
+		err := <-p.exited
+		p.exited <- err
 	})
 	return p
 }

@@ -115,13 +115,13 @@ func parseRoutes(v any) ([]routeSpec, error) {
 			case "aggregate_type", "aggregate_types":
 				p, err := stringList(val)
 				if err != nil {
-					return nil, fmt.Errorf("route %d: %s: %v", i+1, k, err)
+					return nil, fmt.Errorf("route %d: %s: %w", i+1, k, err)
 				}
 				r.AggregateTypes = p
 			case "event_type", "event_types":
 				p, err := stringList(val)
 				if err != nil {
-					return nil, fmt.Errorf("route %d: %s: %v", i+1, k, err)
+					return nil, fmt.Errorf("route %d: %s: %w", i+1, k, err)
 				}
 				r.EventTypes = p
 			case "sink":

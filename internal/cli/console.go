@@ -107,7 +107,7 @@ func openConsole(ctx context.Context, e *env, pool *pgxpool.Pool, o consoleOpts,
 	for _, t := range o.tables {
 		a, _ := outbox.NewAdmin(pool, t)
 		if _, err := a.Gauges(ctx); err != nil {
-			return nil, nil, fmt.Errorf("console: table %s: %s", t, cleanErr(err))
+			return nil, nil, fmt.Errorf("console: table %s: %w", t, cleanErr(err))
 		}
 	}
 	creds := console.CredentialsFromEnv(e.getenv)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,7 +66,7 @@ func FuzzLoadConfigFile(f *testing.F) {
 		}
 		cf, err := loadConfigFile(path, known)
 		if err != nil {
-			if _, ok := err.(*usageError); !ok {
+			if ue := (*usageError)(nil); !errors.As(err, &ue) {
 				t.Fatalf("config error is not a usage error: %v", err)
 			}
 			return

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -234,7 +233,6 @@ func insertWithin(t *testing.T, b *testBundle, d time.Duration) {
 // logRecorder is a slog handler whose records, rendered as text, tests wait
 // for.
 type logRecorder struct {
-	mu      sync.Mutex
 	records chan string
 }
 

@@ -318,7 +318,7 @@ func (s *Sink) settle(err error) {
 
 // state returns the current session (nil while down), the error for
 // publishes while down, and a channel closed at the next change.
-func (s *Sink) state() (*session, error, <-chan struct{}) {
+func (s *Sink) state() (*session, error, <-chan struct{}) { //nolint:staticcheck // ST1008: downErr is a value to hand on, not this call's failure
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.sess, s.downErr, s.changed

@@ -83,7 +83,7 @@ func parseURL(rawURL string) (*config, error) {
 	switch u.Scheme {
 	case "amqp", "amqps":
 	case "":
-		return nil, errors.New("amqpsink: URL has no scheme; want amqp://user:pass@host:port/vhost?exchange=...&routing_key=...")
+		return nil, errors.New("amqpsink: URL has no scheme; want amqp://user:pass@host:port/vhost?exchange=NAME&routing_key=KEY")
 	default:
 		return nil, fmt.Errorf("amqpsink: unsupported URL scheme %q; want amqp or amqps", u.Scheme)
 	}

@@ -252,7 +252,7 @@ func (s *Sink) Publish(ctx context.Context, msg *outbox.Message) error {
 		h[ck] = []string{v}
 	}
 
-	resp, err := s.client.Do(req)
+	resp, err := s.client.Do(req) //nolint:bodyclose // drainClose(resp.Body) is deferred below, once err is known to be nil
 	if err != nil {
 		if sinkutil.IsCertificateError(err) {
 			return outbox.Unavailable(s.transportError(err))

@@ -33,7 +33,7 @@ type config struct {
 func parseURL(rawURL string) (*config, error) {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
-		return nil, errors.New("URL has no scheme; want kafka://host:port[,host:port...]?topic=...")
+		return nil, errors.New("URL has no scheme; want kafka://host:port[,host:port...]?topic=NAME")
 	}
 	if !strings.EqualFold(scheme, "kafka") {
 		return nil, fmt.Errorf("unsupported URL scheme %q; want kafka", scheme)
@@ -47,7 +47,7 @@ func parseURL(rawURL string) (*config, error) {
 	}
 	path, rawQuery, _ := strings.Cut(tail, "?")
 	if path != "" && path != "/" {
-		return nil, errors.New("URL must not have a path; name the topic with ?topic=...")
+		return nil, errors.New("URL must not have a path; name the topic with ?topic=NAME")
 	}
 
 	c := &config{
@@ -129,7 +129,7 @@ func parseURL(rawURL string) (*config, error) {
 	}
 	switch {
 	case c.sasl != "" && c.user == "":
-		return nil, fmt.Errorf("sasl=%s needs credentials: kafka://user:password@host:port...", c.sasl)
+		return nil, fmt.Errorf("sasl=%s needs credentials: kafka://user:password@host:port", c.sasl)
 	case c.sasl == "" && c.user != "":
 		return nil, errors.New("URL has credentials but no SASL mechanism; add sasl=plain, sasl=scram-sha-256 or sasl=scram-sha-512")
 	}

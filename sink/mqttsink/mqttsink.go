@@ -198,7 +198,7 @@ func parseURL(rawURL string) (*urlConfig, error) {
 	connectTimeout := ConnectTimeoutDefault
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
-		return nil, fmt.Errorf("mqttsink: malformed query: %v", err)
+		return nil, fmt.Errorf("mqttsink: malformed query: %w", err)
 	}
 	for key, vals := range q {
 		if len(vals) != 1 {
@@ -422,7 +422,7 @@ func (s *Sink) awaitConnection(ctx context.Context, topic string) (context.Conte
 		case <-ctx.Done():
 			err := fmt.Errorf("mqttsink: PUBLISH %s on %s: not connected: %w", topic, s.addr, ctx.Err())
 			if refused != nil {
-				err = fmt.Errorf("%w (last attempt: %v)", err, refused)
+				err = fmt.Errorf("%w (last attempt: %v)", err, refused) //nolint:errorlint // only the context error classifies it; the refusal is context for the reader
 			}
 			return nil, 0, outbox.Retryable(err)
 		}

@@ -372,7 +372,7 @@ func (s *Sink) current() (*conn, error) {
 		s.wg.Add(1)
 		go s.redial(c)
 	}
-	return nil, outbox.Retryable(fmt.Errorf("natssink: connection to %s closed (%v); reconnecting", s.servers, c.nc.LastError()))
+	return nil, outbox.Retryable(fmt.Errorf("natssink: connection to %s closed (%v); reconnecting", s.servers, c.nc.LastError())) //nolint:errorlint // LastError may be nil; the text is what matters, the error is Retryable either way
 }
 
 func (s *Sink) redial(old *conn) {

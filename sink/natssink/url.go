@@ -49,7 +49,7 @@ func CheckURL(rawURL string) error {
 
 func parseURL(rawURL string) (*config, error) {
 	if !strings.Contains(rawURL, "://") {
-		return nil, errors.New("natssink: URL has no scheme; want nats://host:port?subject=...")
+		return nil, errors.New("natssink: URL has no scheme; want nats://host:port?subject=NAME")
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -84,7 +84,7 @@ func parseURL(rawURL string) (*config, error) {
 	}
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
-		return nil, fmt.Errorf("natssink: malformed query: %v", err)
+		return nil, fmt.Errorf("natssink: malformed query: %w", err)
 	}
 	if err := cfg.parseQuery(q); err != nil {
 		return nil, err

@@ -36,7 +36,7 @@ func Check(ctx context.Context, rawURL string) []sinkutil.Check {
 	checks = append(checks, sinkutil.Passed(reach, ""))
 	// XINFO HELP exists wherever streams do, and reads nothing.
 	if err := s.client.Do(ctx, "XINFO", "HELP").Err(); err != nil {
-		return append(checks, sinkutil.Failed("streams supported", fmt.Errorf("redissink: %v", err),
+		return append(checks, sinkutil.Failed("streams supported", fmt.Errorf("redissink: %w", err),
 			"use Redis 5 or later, and grant the user XADD (ACL +xadd +xinfo)"))
 	}
 	note := fmt.Sprintf("stream %q is created by the first XADD", s.stream.String())

@@ -204,7 +204,7 @@ func New(rawURL string, opts *Options) (*Sink, error) {
 	streamText := StreamDefault
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
-		return nil, fmt.Errorf("redissink: malformed query: %v", err)
+		return nil, fmt.Errorf("redissink: malformed query: %w", err)
 	}
 	for key, vals := range q {
 		if len(vals) != 1 {

@@ -68,7 +68,7 @@ func TestScrub(t *testing.T) {
 	raw := "amqp://user:s3cret@host:5672/%zz"
 	require.Equal(t, "bad user:xxxxx here, xxxxx", sinkutil.Scrub("bad user:s3cret here, s3cret", raw))
 	require.Equal(t, "untouched", sinkutil.Scrub("untouched", "amqp://host/x"))
-	_, err := url.Parse(raw)
+	_, err := url.Parse(raw) //nolint:staticcheck // SA1007: the URL is invalid on purpose
 	require.Error(t, err)
 	require.NotContains(t, sinkutil.ParseErrText(err), "s3cret")
 	require.Equal(t, "connecting as xxxxx failed", sinkutil.Scrub("connecting as TOKEN42 failed", "nats://TOKEN42@host"),
@@ -96,10 +96,10 @@ func TestRedactURL(t *testing.T) {
 func TestParseErrTextDropsTheValue(t *testing.T) {
 	t.Parallel()
 	// The "port" url.Parse complains about is the start of the password.
-	_, err := url.Parse("nats://u:pw/rest@h")
+	_, err := url.Parse("nats://u:pw/rest@h") //nolint:staticcheck // SA1007: invalid on purpose
 	require.Error(t, err)
 	require.Equal(t, "invalid port after host", sinkutil.ParseErrText(err))
-	_, err = url.Parse("http://h/%zzsecret")
+	_, err = url.Parse("http://h/%zzsecret") //nolint:staticcheck // SA1007: invalid on purpose
 	require.Equal(t, "invalid URL escape", sinkutil.ParseErrText(err))
 	require.Equal(t, `missing "=" after in connection info string`,
 		sinkutil.DropQuoted(`missing "=" after "password s3cret" in connection info string`), "a one-character quote stays")
