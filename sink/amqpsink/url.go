@@ -180,7 +180,11 @@ func parseURL(rawURL string) (*config, error) {
 	c.vhost = parsed.Vhost
 	shown := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}
 	if u.User != nil {
-		shown.User = url.User(u.User.Username())
+		// A lone user part may be a token; beside a password it is a name.
+		shown.User = url.User(sinkutil.Redacted)
+		if _, ok := u.User.Password(); ok {
+			shown.User = url.User(u.User.Username())
+		}
 	}
 	c.display = shown.String()
 	return c, nil

@@ -354,16 +354,8 @@ func parseTopic(text string) (*sinkutil.Template, error) {
 }
 
 func describe(scheme string, user *url.Userinfo, addr string, topic *sinkutil.Template, clientID string, keepAlive, connectTimeout time.Duration) string {
-	userinfo := ""
-	if user != nil {
-		userinfo = url.PathEscape(user.Username())
-		if _, ok := user.Password(); ok {
-			userinfo += ":xxxxx"
-		}
-		userinfo += "@"
-	}
 	return fmt.Sprintf("%s://%s%s?topic=%s&client_id=%s&keepalive=%s&connect_timeout=%s",
-		scheme, userinfo, addr, topic, clientID, keepAlive, connectTimeout)
+		scheme, sinkutil.ShownUserinfo(user), addr, topic, clientID, keepAlive, connectTimeout)
 }
 
 // String describes the sink as a URL with the password hidden and every

@@ -27,6 +27,8 @@ func TestNewURL(t *testing.T) {
 		{"mqtt://broker?client_id=a", "mqtt://broker:1883?topic=outbox/{aggregate_type}/{event_type}&client_id=a&keepalive=30s&connect_timeout=10s"},
 		{"mqtts://broker/?client_id=a", "mqtts://broker:8883?topic=outbox/{aggregate_type}/{event_type}&client_id=a&keepalive=30s&connect_timeout=10s"},
 		{"mqtt://[::1]:1884?client_id=a", "mqtt://[::1]:1884?topic=outbox/{aggregate_type}/{event_type}&client_id=a&keepalive=30s&connect_timeout=10s"},
+		// A lone user name is often an access token: hidden.
+		{"mqtt://TOKEN123@broker?client_id=a", "mqtt://xxxxx@broker:1883?topic=outbox/{aggregate_type}/{event_type}&client_id=a&keepalive=30s&connect_timeout=10s"},
 		{
 			"mqtts://relay:s3cret@broker:8884?topic=events/{aggregate_type}/{aggregate_id}&client_id=outboxd-1&keepalive=1m&connect_timeout=3s",
 			"mqtts://relay:xxxxx@broker:8884?topic=events/{aggregate_type}/{aggregate_id}&client_id=outboxd-1&keepalive=1m0s&connect_timeout=3s",

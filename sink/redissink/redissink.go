@@ -311,14 +311,7 @@ func New(rawURL string, opts *Options) (*Sink, error) {
 func (s *Sink) String() string { return s.desc }
 
 func describe(u *url.URL, addr string, db int, s *Sink, pipeline bool, poolSize int, timeout time.Duration) string {
-	user := ""
-	if u.User != nil {
-		user = url.PathEscape(u.User.Username())
-		if _, ok := u.User.Password(); ok {
-			user += ":xxxxx"
-		}
-		user += "@"
-	}
+	user := sinkutil.ShownUserinfo(u.User)
 	onOff := map[bool]string{false: "off", true: "on"}
 	return fmt.Sprintf("%s://%s%s/%d?stream=%s&maxlen=%d&idmp=%s&producer=%s&pipeline=%s&pool_size=%d&timeout=%s",
 		u.Scheme, user, addr, db, s.stream, s.maxLen, s.idmp, s.producer, onOff[pipeline], poolSize, timeout)

@@ -34,6 +34,20 @@ func RedactURL(rawURL string) string {
 	return u.String()
 }
 
+// ShownUserinfo is the userinfo part of a sink's description, "" or ending
+// in "@": a user beside a password is a name and is shown ("app:xxxxx@"); a
+// lone user part is often a token (an MQTT access token, a NATS token) and is
+// hidden ("xxxxx@").
+func ShownUserinfo(user *url.Userinfo) string {
+	if user == nil {
+		return ""
+	}
+	if _, ok := user.Password(); ok {
+		return url.PathEscape(user.Username()) + ":" + Redacted + "@"
+	}
+	return Redacted + "@"
+}
+
 // RedactQuery hides the values of secret parameters in a raw query, keeping
 // the order and encoding of the rest.
 func RedactQuery(raw string) string {

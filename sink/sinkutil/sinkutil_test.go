@@ -116,3 +116,9 @@ func TestHeadersMarkAReplay(t *testing.T) {
 	require.Equal(t, "7/replay/fix-1", m.DedupeKey())
 	require.Equal(t, "7", (&outbox.Message{ID: 7}).DedupeKey())
 }
+
+func TestShownUserinfo(t *testing.T) {
+	require.Equal(t, "", sinkutil.ShownUserinfo(nil))
+	require.Equal(t, "app:xxxxx@", sinkutil.ShownUserinfo(url.UserPassword("app", "s3cret")))
+	require.Equal(t, "xxxxx@", sinkutil.ShownUserinfo(url.User("TOKEN123")), "a lone user part may be a token")
+}
