@@ -290,6 +290,7 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 		// cursor is where the ordered claim's sweep over aggregates resumes
 		// (nil: at the first aggregate).
 		cursor *string
+		cool   = cooldown{max: d.cfg.FetchCooldown}
 	)
 	poll := time.NewTimer(d.cfg.PollInterval)
 	defer poll.Stop()
@@ -346,6 +347,9 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 			rows, dbNow, err = d.store.Claim(claimCtx, d.pool, params, buf)
 		}
 		cancelClaim()
+		if err == nil {
+			cool.claimed(time.Since(start), len(rows), clearWait)
+		}
 		d.breaker.claimed(len(rows))
 		d.stats.claims.Add(1)
 		d.hook.OnClaim(ClaimEvent{Rows: len(rows), Duration: time.Since(start), Err: err})
@@ -389,9 +393,10 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 				// A partial batch: the backlog is drained and rows trickle
 				// in. Claiming again at once would take them a few at a
 				// time, each claim and finalize costing the database nearly
-				// what a full batch does; pacing claims by the cooldown
-				// batches a trickle at the price of that much latency.
-				if !pause(ctx, d.cfg.FetchCooldown) {
+				// what a full batch does; pacing claims by what they cost
+				// (see cooldown) batches a trickle at the price of that
+				// much latency.
+				if !pause(ctx, cool.pause()) {
 					return
 				}
 			}
@@ -415,7 +420,7 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 			// commit takes a global lock. Registering at most once per
 			// cooldown bounds that cost under a trickle of inserts, at the
 			// price of up to one cooldown of latency; until then, poll.
-			if wait := d.cfg.FetchCooldown - time.Since(registeredAt); wait > 0 {
+			if wait := cool.spacing() - time.Since(registeredAt); wait > 0 {
 				if !sleep(d.headFreed(), wait) {
 					return
 				}

@@ -31,6 +31,8 @@ type benchOpts struct {
 	producers int
 	rounds    int
 	duration  time.Duration
+	latency   bool
+	rate      int
 }
 
 func runBench(ctx context.Context, e *env, args []string) error {
@@ -39,7 +41,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		o  benchOpts
 		lf logFlags
 	)
-	fs := newFlagSet(e, "bench", "bench [--messages N] [--done-rows N] [--variant lease|seed|both] [--sink URL] [--producers N --duration DUR]")
+	fs := newFlagSet(e, "bench", "bench [--messages N] [--done-rows N] [--variant lease|seed|both] [--sink URL] [--producers N --duration DUR] [--latency --rate N --producers N --duration DUR]")
 	db.register(fs)
 	o.rf.register(fs, "null:")
 	lf.register(fs)
@@ -50,6 +52,8 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	durVar(fs, &o.duration, "duration", 5*time.Second, "length of each producer phase")
 	fs.IntVar(&o.rounds, "rounds", 3, "producer phases are alternated this many times; the median counts")
 	fs.BoolVar(&o.keep, "keep", false, "keep the bench schema afterwards")
+	fs.BoolVar(&o.latency, "latency", false, "instead of draining: measure delivery latency at --rate inserts/s from --producers (default 4) through the HTTP sink to a local receiver")
+	fs.IntVar(&o.rate, "rate", 1000, "with --latency: single-row insert transactions per second, across all producers")
 	if err := parseLayered(e, fs, &db, args); err != nil {
 		return err
 	}
@@ -63,6 +67,19 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	}
 	if o.messages < 1 || o.doneRows < 0 || o.producers < 0 || o.rounds < 1 {
 		return usagef("--messages must be positive and --done-rows, --producers not negative")
+	}
+	if o.latency {
+		sinkSet := false
+		fs.Visit(func(f *flag.Flag) { sinkSet = sinkSet || f.Name == "sink" })
+		if sinkSet {
+			return usagef("--latency delivers through the HTTP sink to its own local receiver; drop --sink")
+		}
+		if o.producers == 0 {
+			o.producers = 4
+		}
+		if o.rate < 1 {
+			return usagef("--rate must be positive, got %d", o.rate)
+		}
 	}
 	if !slices.Contains([]string{"lease", "seed", "both"}, o.variant) {
 		return usagef("--variant must be lease, seed or both, got %q", o.variant)
@@ -81,7 +98,14 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	}
 	defer pool.Close()
 	host, _ := os.Hostname()
-	fmt.Fprintf(e.stdout, "outboxd bench on %s: sink %s, workers %d, batch %d\n", host, sinkutil.RedactURL(o.rf.sink), o.rf.workers, o.rf.batch)
+	sinkName := sinkutil.RedactURL(o.rf.sink)
+	if o.latency {
+		sinkName = "http (local receiver)"
+	}
+	fmt.Fprintf(e.stdout, "outboxd bench on %s: sink %s, workers %d, batch %d\n", host, sinkName, o.rf.workers, o.rf.batch)
+	if o.latency {
+		return benchLatency(ctx, e, pool, &o, logger)
+	}
 	if o.producers > 0 {
 		return benchProducers(ctx, e, pool, &o, logger)
 	}
@@ -441,5 +465,3 @@ func produce(ctx context.Context, pool *pgxpool.Pool, table string, producers in
 	wg.Wait()
 	return float64(n.Load()) / time.Since(start).Seconds(), firstErr
 }
-
-var _ = flag.ErrHelp

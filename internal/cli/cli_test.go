@@ -68,6 +68,7 @@ func TestCLI(t *testing.T) {
 		{"DemoOnThrowawayCluster", testDemoThrowaway},
 		{"BenchDrain", testBenchDrain},
 		{"BenchProducers", testBenchProducers},
+		{"BenchLatency", testBenchLatency},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -1094,4 +1095,18 @@ func testBenchProducers(t *testing.T, bin string) {
 	require.Len(t, lines, 4, "one line per phase: no trigger, trigger polling, trigger listening, naive\n%s", r)
 	require.Contains(t, lines[0], "100.0% of no trigger")
 	requireNoSchemasLeft(t, p.cmd.Process.Pid)
+}
+
+func testBenchLatency(t *testing.T, bin string) {
+	dsn := testdb.DSN(t)
+	p := start(t, bin, envWith(dsn), nil, "bench", "--latency", "--rate", "100", "--producers", "2", "--duration", "1s", "--dsn", dsn)
+	r := p.wait()
+	requireOK(t, r)
+	require.Regexp(t, `(?m)^latency p50 [0-9.]+ms p90 [0-9.]+ms p99 [0-9.]+ms max [0-9.]+ms$`, r.stdout)
+	require.Regexp(t, `(?m)^throughput [0-9]+ messages/s$`, r.stdout)
+	requireNoSchemasLeft(t, p.cmd.Process.Pid)
+
+	bad := start(t, bin, envWith(dsn), nil, "bench", "--latency", "--sink", "null:", "--dsn", dsn).wait()
+	require.Equal(t, 2, bad.code, "%s", bad)
+	require.Contains(t, bad.stderr, "--latency delivers through the HTTP sink")
 }

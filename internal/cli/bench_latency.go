@@ -1,0 +1,223 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/internal/store"
+)
+
+// arrivals records when a local webhook receiver first got each message,
+// keyed by the id the HTTP sink sends in Idempotency-Key.
+type arrivals struct {
+	mu   sync.Mutex
+	at   map[int64]time.Time
+	last time.Time
+}
+
+func (a *arrivals) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	now := time.Now()
+	id, err := strconv.ParseInt(r.Header.Get("Idempotency-Key"), 10, 64)
+	if err != nil {
+		http.Error(w, "no numeric Idempotency-Key", http.StatusUnprocessableEntity)
+		return
+	}
+	a.mu.Lock()
+	if _, seen := a.at[id]; !seen {
+		a.at[id] = now
+		a.last = now
+	}
+	a.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *arrivals) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.at)
+}
+
+// benchLatency measures end-to-end delivery latency at a steady insert rate:
+// o.producers producers commit single-row transactions at o.rate in total
+// for o.duration, while a dispatcher with the run flags' settings delivers
+// them through the HTTP sink to a receiver in this process. Latency runs
+// from a row's created_at (its transaction's start, on the database's clock,
+// which is this machine's) to the receiver getting the request.
+func benchLatency(ctx context.Context, e *env, pool *pgxpool.Pool, o *benchOpts, logger *slog.Logger) error {
+	table, drop, err := benchSchema(ctx, e, pool, &benchOpts{keep: o.keep}, 0)
+	defer drop()
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	rec := &arrivals{at: make(map[int64]time.Time, int(float64(o.rate)*o.duration.Seconds())+16)}
+	srv := &http.Server{Handler: rec, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	sink, err := openSink("http://"+ln.Addr().String()+"/", &sinkEnv{stdout: e.stdout, logger: logger})
+	if err != nil {
+		return err
+	}
+	defer sink.Close()
+
+	cfg, err := o.rf.config(table, logger)
+	if err != nil {
+		return err
+	}
+	d, err := outbox.NewDispatcher(pool, sink, cfg)
+	if err != nil {
+		return cleanErr(err)
+	}
+	if err := d.Start(ctx); err != nil {
+		return cleanErr(err)
+	}
+	defer func() { _ = d.Stop() }()
+	// Let the dispatcher settle into its idle state (listening, registered)
+	// as it would be between bursts in production.
+	if !pause(ctx, 200*time.Millisecond) {
+		return errors.New("interrupted")
+	}
+	fmt.Fprintf(e.stdout, "latency: %d messages/s from %d producers for %s, HTTP sink to %s\n",
+		o.rate, o.producers, o.duration, ln.Addr())
+
+	start := time.Now()
+	ids, err := produceAtRate(ctx, pool, table, o.producers, o.rate, o.duration)
+	if err != nil {
+		return err
+	}
+	// Wait for the stragglers.
+	giveUp := time.Now().Add(30 * time.Second)
+	for rec.count() < len(ids) && time.Now().Before(giveUp) {
+		if !pause(ctx, 5*time.Millisecond) {
+			return errors.New("interrupted")
+		}
+	}
+	if err := d.Stop(); err != nil {
+		return cleanErr(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.at) < len(ids) {
+		return fmt.Errorf("only %d of %d messages arrived within 30s of the last insert", len(rec.at), len(ids))
+	}
+	lags, err := latencies(ctx, pool, table, rec.at)
+	if err != nil {
+		return err
+	}
+	slices.Sort(lags)
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond)) }
+	fmt.Fprintf(e.stdout, "latency p50 %s p90 %s p99 %s max %s\n",
+		ms(percentile(lags, 0.50)), ms(percentile(lags, 0.90)), ms(percentile(lags, 0.99)), ms(percentile(lags, 1)))
+	fmt.Fprintf(e.stdout, "throughput %.0f messages/s\n", float64(len(lags))/rec.last.Sub(start).Seconds())
+	st := d.Stats()
+	fmt.Fprintf(e.stderr, "  claims %d (%.2f rows each), finalizes %d, wake-ups %d\n",
+		st.Claims, float64(st.Claimed)/float64(max(st.Claims, 1)), st.Finalizes, st.Wakeups)
+	return nil
+}
+
+// latencies pairs each arrival with its row's created_at.
+func latencies(ctx context.Context, pool *pgxpool.Pool, table string, at map[int64]time.Time) ([]time.Duration, error) {
+	ids := make([]int64, 0, len(at))
+	for id := range at {
+		ids = append(ids, id)
+	}
+	rows, err := pool.Query(ctx, "SELECT id, created_at FROM "+quotedTable(table)+" WHERE id = ANY($1)", ids)
+	if err != nil {
+		return nil, err
+	}
+	lags := make([]time.Duration, 0, len(ids))
+	var id int64
+	var created time.Time
+	_, err = pgx.ForEachRow(rows, []any{&id, &created}, func() error {
+		lags = append(lags, at[id].Sub(created))
+		return nil
+	})
+	return lags, err
+}
+
+// produceAtRate commits single-row transactions at rate per second in total
+// across producers, each on its own schedule (open loop: a producer that
+// falls behind catches up without waiting), for d. It returns the ids.
+func produceAtRate(ctx context.Context, pool *pgxpool.Pool, table string, producers, rate int, d time.Duration) ([]int64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		ids      []int64
+		firstErr error
+		failed   atomic.Bool
+		wg       sync.WaitGroup
+	)
+	p := outbox.Producer{Table: table}
+	interval := time.Duration(float64(time.Second) * float64(producers) / float64(rate))
+	start := time.Now()
+	end := start.Add(d)
+	for i := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Stagger the producers evenly over one interval.
+			next := start.Add(interval * time.Duration(i) / time.Duration(producers))
+			var mine []int64
+			defer func() { mu.Lock(); ids = append(ids, mine...); mu.Unlock() }()
+			for next.Before(end) {
+				if wait := time.Until(next); wait > 0 && !pause(ctx, wait) {
+					return
+				}
+				next = next.Add(interval)
+				var got []int64
+				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					var err error
+					got, err = p.Enqueue(ctx, tx, outbox.NewMessage{AggregateType: "order", AggregateID: "1", EventType: "OrderCreated", Payload: []byte(`{"n":1}`)})
+					return err
+				})
+				if err != nil {
+					if failed.CompareAndSwap(false, true) {
+						firstErr = err
+						cancel()
+					}
+					return
+				}
+				mine = append(mine, got...)
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	return ids, ctx.Err()
+}
+
+func quotedTable(table string) string {
+	s, _ := store.ParseTable(table)
+	return pgx.Identifier{s.Schema, s.Name}.Sanitize()
+}
+
+// pause waits d, or until ctx is done (false).
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
