@@ -54,7 +54,7 @@ func (r *runFlags) register(fs *flag.FlagSet, defaultSink string) {
 		{&r.retryCap, "retry-cap", outbox.RetryCapDefault, "backoff cap"},
 		{&r.deferDelay, "defer-delay", outbox.DeferDelayDefault, "delay of a defer that names none (HTTP 425 without Retry-After)"},
 		{&r.deferMaxAge, "defer-max-age", outbox.DeferMaxAgeDefault, "a deferred message older than this goes dead; 0 = no limit"},
-		{&r.fetchCooldown, "fetch-cooldown", outbox.FetchCooldownDefault, "least time between two registrations as an idle listener: bounds wake-ups under a trickle of inserts"},
+		{&r.fetchCooldown, "fetch-cooldown", outbox.FetchCooldownDefault, "most a dispatcher that is not saturated waits between claims and between registrations as an idle listener (it waits twice the average claim duration, up to this)"},
 		{&r.heartbeat, "heartbeat", 0, "extend held leases this often (at most lease/3), so publishes may outlive the lease; 0 = off"},
 	} {
 		*d.p = d.def
