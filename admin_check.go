@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/outboxd/outbox/internal/store"
 )
 
@@ -18,7 +20,8 @@ const MinServerVersion = 110000
 // it needs. A nil *AccessOpts means the defaults of `outboxd run`.
 type AccessOpts struct {
 	// NoNotify is set when the dispatcher polls only (--no-notify): it then
-	// never touches the waiters table nor LISTENs.
+	// never LISTENs nor registers in the waiters table (each claim still
+	// clears its own waiter row).
 	NoNotify bool
 	// Retention is set when it purges done rows (--retention), which needs
 	// DELETE on the table.
@@ -27,8 +30,10 @@ type AccessOpts struct {
 
 // Privileges returns the table privileges a dispatcher needs on the outbox
 // table and on its waiters table. Claims lock rows FOR UPDATE and write
-// them (SELECT, UPDATE); an idle dispatcher upserts and deletes its waiter
-// row (INSERT ... ON CONFLICT DO UPDATE reads and updates it).
+// them (SELECT, UPDATE), and every claim deletes the claimer's waiter row
+// (SELECT, DELETE: PostgreSQL checks a statement's privileges whether or not
+// it deletes anything); an idle listening dispatcher upserts its waiter row
+// (INSERT ... ON CONFLICT DO UPDATE reads and updates it).
 func (o *AccessOpts) Privileges() (table, waiters []string) {
 	if o == nil {
 		o = &AccessOpts{}
@@ -37,6 +42,7 @@ func (o *AccessOpts) Privileges() (table, waiters []string) {
 	if o.Retention {
 		table = append(table, "DELETE")
 	}
+	waiters = []string{"SELECT", "DELETE"}
 	if !o.NoNotify {
 		waiters = []string{"SELECT", "INSERT", "UPDATE", "DELETE"}
 	}
@@ -50,6 +56,10 @@ type Access struct {
 	Role string
 	// ServerVersion is server_version_num, e.g. 150020 for 15.20.
 	ServerVersion int
+	// Schema and Name are the table's, as the catalogs name them (Schema
+	// resolved through search_path when the table was named without one);
+	// both empty when the table does not exist.
+	Schema, Name string
 	// TableExists is whether the table exists; Missing lists the parts of
 	// the migrations that are absent from an existing table ("headers
 	// column", "waiters table", "wake-up trigger", an index or the audit
@@ -76,8 +86,7 @@ func (a *Admin) CheckAccess(ctx context.Context, opts *AccessOpts) (*Access, err
 	if err != nil {
 		return nil, fmt.Errorf("outbox: reading the catalogs: %w", err)
 	}
-	out := &Access{Role: sa.Role, ServerVersion: sa.ServerVersion, TableExists: sa.TableExists,
-		SchemaUsage: sa.SchemaUsage, MissingTable: sa.MissingTable, MissingWaiters: sa.MissingWaiters}
+	out := accessOf(sa, a.store.Table.Name)
 	if !sa.TableExists {
 		return out, nil
 	}
@@ -106,4 +115,98 @@ func (a *Admin) CheckAccess(ctx context.Context, opts *AccessOpts) (*Access, err
 		out.ListenErr = a.store.CheckListen(ctx, a.db, schema+"."+name)
 	}
 	return out, nil
+}
+
+// accessOf is the public form of what the store read.
+func accessOf(sa *store.Access, name string) *Access {
+	out := &Access{Role: sa.Role, ServerVersion: sa.ServerVersion, TableExists: sa.TableExists,
+		SchemaUsage: sa.SchemaUsage, MissingTable: sa.MissingTable, MissingWaiters: sa.MissingWaiters}
+	if sa.TableExists {
+		out.Schema, out.Name = sa.Schema, name
+	}
+	return out
+}
+
+// Err returns a [*PrivilegeError] listing every privilege the role lacks
+// (USAGE on the schema, then those on the table and on its waiters table),
+// or nil when it lacks none or the table does not exist (which is not a
+// matter of privileges: see TableExists).
+func (a *Access) Err() error {
+	if !a.TableExists || (a.SchemaUsage && len(a.MissingTable) == 0 && len(a.MissingWaiters) == 0) {
+		return nil
+	}
+	e := &PrivilegeError{Role: a.Role}
+	if !a.SchemaUsage {
+		e.Missing = append(e.Missing, MissingPrivileges{Privileges: []string{"USAGE"}, ObjectType: "schema",
+			Object: pgx.Identifier{a.Schema}.Sanitize()})
+	}
+	for _, m := range []struct {
+		privs  []string
+		suffix string
+	}{{a.MissingTable, ""}, {a.MissingWaiters, "_waiters"}} {
+		if len(m.privs) > 0 {
+			e.Missing = append(e.Missing, MissingPrivileges{Privileges: m.privs, ObjectType: "table",
+				Object: pgx.Identifier{a.Schema, a.Name + m.suffix}.Sanitize()})
+		}
+	}
+	return e
+}
+
+// PrivilegeError reports that the connected role lacks privileges a
+// dispatcher needs: [Dispatcher.Run], [Dispatcher.Drain] and
+// [Dispatcher.Start] return it before claiming anything, instead of
+// failing every claim. Its text names each privilege and object:
+//
+//	outbox: role "app_ro" lacks UPDATE on table "public"."outbox"
+type PrivilegeError struct {
+	// Role is the connected role (current_user).
+	Role string
+	// Missing lists what the role lacks, one entry per object.
+	Missing []MissingPrivileges
+}
+
+// MissingPrivileges are the privileges a role lacks on one object.
+type MissingPrivileges struct {
+	// Privileges are SQL privilege names: "USAGE", "SELECT", "UPDATE"...
+	Privileges []string
+	// ObjectType is "schema" or "table".
+	ObjectType string
+	// Object is the object's quoted name: "public" or "public"."outbox".
+	Object string
+}
+
+// String reads `UPDATE, DELETE on table "public"."outbox"`.
+func (m MissingPrivileges) String() string {
+	return strings.Join(m.Privileges, ", ") + " on " + m.ObjectType + " " + m.Object
+}
+
+func (e *PrivilegeError) Error() string {
+	parts := make([]string, 0, len(e.Missing))
+	for _, m := range e.Missing {
+		parts = append(parts, m.String())
+	}
+	return "outbox: role " + pgx.Identifier{e.Role}.Sanitize() + " lacks " + strings.Join(parts, "; ")
+}
+
+// Grants returns the GRANT statements, to run as the table's owner, that
+// supply what the role lacks.
+func (e *PrivilegeError) Grants() []string {
+	out := make([]string, 0, len(e.Missing))
+	for _, m := range e.Missing {
+		out = append(out, fmt.Sprintf("GRANT %s ON %s %s TO %s;", strings.Join(m.Privileges, ", "),
+			strings.ToUpper(m.ObjectType), m.Object, pgx.Identifier{e.Role}.Sanitize()))
+	}
+	return out
+}
+
+// Is makes errors.Is(err, &PrivilegeError{}) match any PrivilegeError.
+func (e *PrivilegeError) Is(target error) bool {
+	_, ok := target.(*PrivilegeError)
+	return ok
+}
+
+// IsPrivilegeError reports whether err is, or wraps, a [PrivilegeError].
+func IsPrivilegeError(err error) bool {
+	var e *PrivilegeError
+	return errors.As(err, &e)
 }

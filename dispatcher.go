@@ -97,9 +97,10 @@ func (d *Dispatcher) Config() Config { return *d.cfg }
 // Run relays messages until ctx is cancelled, then shuts down gracefully:
 // it stops claiming, lets in-flight publishes finish and finalizes them,
 // releases claimed rows it had not started (fenced, attempt refunded), and
-// returns nil. It returns an error only if it cannot start (for example the
-// table does not exist); database errors while running are logged and
-// retried, never fatal, because delivery must resume once the database does.
+// returns nil. It returns an error only if it cannot start (the table does
+// not exist, or the role lacks a privilege it needs: [*PrivilegeError]);
+// database errors while running are logged and retried, never fatal,
+// because delivery must resume once the database does.
 func (d *Dispatcher) Run(ctx context.Context) error { return d.run(ctx, false) }
 
 // Drain is [Dispatcher.Run] that also returns, with nil, once no row is
@@ -108,7 +109,8 @@ func (d *Dispatcher) Run(ctx context.Context) error { return d.run(ctx, false) }
 func (d *Dispatcher) Drain(ctx context.Context) error { return d.run(ctx, true) }
 
 // Start runs the dispatcher in the background until [Dispatcher.Stop] or
-// until ctx is cancelled. It fails at once if the table does not exist.
+// until ctx is cancelled. It fails at once if the table does not exist or
+// the role lacks a privilege the dispatcher needs.
 func (d *Dispatcher) Start(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -119,8 +121,8 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 			return errors.New("outbox: dispatcher already started")
 		}
 	}
-	if _, _, err := d.store.Resolve(ctx, d.pool); err != nil {
-		return fmt.Errorf("outbox: %w", err)
+	if _, _, err := d.resolve(ctx); err != nil {
+		return err
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	d.running, d.cancel, d.done, d.runErr = true, cancel, make(chan struct{}), nil
@@ -202,10 +204,29 @@ type result struct {
 	err     error
 }
 
-func (d *Dispatcher) run(ctx context.Context, drain bool) error {
-	schema, name, err := d.store.Resolve(ctx, d.pool)
+// resolve checks, before anything is claimed, that the connected role holds
+// every privilege the dispatcher needs (a [*PrivilegeError] otherwise: a
+// role without them would fail every claim, forever), then finds the table.
+func (d *Dispatcher) resolve(ctx context.Context) (schema, name string, err error) {
+	tablePrivs, waiterPrivs := (&AccessOpts{NoNotify: d.cfg.DisableNotify}).Privileges()
+	sa, err := d.store.Access(ctx, d.pool, tablePrivs, waiterPrivs)
 	if err != nil {
-		return fmt.Errorf("outbox: %w", err)
+		return "", "", fmt.Errorf("outbox: reading the catalogs: %w", err)
+	}
+	if err := accessOf(sa, d.store.Table.Name).Err(); err != nil {
+		return "", "", err
+	}
+	schema, name, err = d.store.Resolve(ctx, d.pool)
+	if err != nil {
+		return "", "", fmt.Errorf("outbox: %w", err)
+	}
+	return schema, name, nil
+}
+
+func (d *Dispatcher) run(ctx context.Context, drain bool) error {
+	schema, name, err := d.resolve(ctx)
+	if err != nil {
+		return err
 	}
 	if d.store.Table.Schema == "" {
 		// From here on every statement names the table's schema, so none

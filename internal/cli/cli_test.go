@@ -55,6 +55,7 @@ func TestCLI(t *testing.T) {
 		{"RunStopsOnSIGTERM", func(t *testing.T, bin string) { testRunStopsOnSignal(t, bin, syscall.SIGTERM) }},
 		{"RunStopsOnSIGINT", func(t *testing.T, bin string) { testRunStopsOnSignal(t, bin, syscall.SIGINT) }},
 		{"RunStopsMidPublish", testRunStopsMidPublish},
+		{"RunRefusesRoleWithoutPrivileges", testRunRefusesRoleWithoutPrivileges},
 		{"Status", testStatus},
 		{"Dead", testDead},
 		{"Purge", testPurge},

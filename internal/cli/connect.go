@@ -6,8 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/outboxd/outbox/sink/amqpsink"
 	"github.com/outboxd/outbox/sink/httpsink"
 	"github.com/outboxd/outbox/sink/kafkasink"
@@ -113,11 +111,4 @@ func (s *runSetup) sinkURLs() []string {
 func mustScheme(u string) string {
 	scheme, _ := parseSinkURL(u)
 	return scheme
-}
-
-// quoteTable is the table's name as SQL would write it, for fix hints.
-func quoteTable(table, suffix string) string {
-	parts := strings.SplitN(table, ".", 2)
-	parts[len(parts)-1] += suffix
-	return pgx.Identifier(parts).Sanitize()
 }

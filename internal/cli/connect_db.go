@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/outboxd/outbox"
 	"github.com/outboxd/outbox/sink/sinkutil"
 )
@@ -66,29 +64,14 @@ func grantLine(table string, acc *outbox.Access, opts *outbox.AccessOpts) checkL
 	if len(waiterPrivs) > 0 {
 		what += "; " + strings.Join(waiterPrivs, ", ") + " on " + table + "_waiters"
 	}
-	role := quoteRole(acc.Role)
-	var missing, fixes []string
-	if !acc.SchemaUsage {
-		schema := "its schema"
-		if i := strings.IndexByte(table, '.'); i >= 0 {
-			schema = quoteRole(table[:i])
-		}
-		missing = append(missing, "USAGE on the schema")
-		fixes = append(fixes, fmt.Sprintf("GRANT USAGE ON SCHEMA %s TO %s;", schema, role))
-	}
-	if len(acc.MissingTable) > 0 {
-		missing = append(missing, strings.Join(acc.MissingTable, ", ")+" on "+table)
-		fixes = append(fixes, fmt.Sprintf("GRANT %s ON %s TO %s;", strings.Join(acc.MissingTable, ", "), quoteTable(table, ""), role))
-	}
-	if len(acc.MissingWaiters) > 0 {
-		missing = append(missing, strings.Join(acc.MissingWaiters, ", ")+" on "+table+"_waiters")
-		fixes = append(fixes, fmt.Sprintf("GRANT %s ON %s TO %s;", strings.Join(acc.MissingWaiters, ", "), quoteTable(table, "_waiters"), role))
-	}
-	if len(missing) == 0 {
+	var pe *outbox.PrivilegeError
+	if !errors.As(acc.Err(), &pe) {
 		return checkLine{"role " + acc.Role, sinkutil.Passed(what, "")}
 	}
+	missing := make([]string, 0, len(pe.Missing))
+	for _, m := range pe.Missing {
+		missing = append(missing, m.String())
+	}
 	return checkLine{"role " + acc.Role, sinkutil.Failed(what, fmt.Errorf("lacks %s", strings.Join(missing, "; ")),
-		"as the table's owner: "+strings.Join(fixes, " "))}
+		"as the table's owner: "+strings.Join(pe.Grants(), " "))}
 }
-
-func quoteRole(name string) string { return pgx.Identifier{name}.Sanitize() }

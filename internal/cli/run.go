@@ -286,6 +286,12 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer pool.Close()
+	if s.retention < 0 {
+		return usagef("--retention must not be negative")
+	}
+	if err := s.checkAccess(ctx, pool); err != nil {
+		return err
+	}
 	if router != nil {
 		if err := checkRoutes(ctx, pool, s.db.table, router); err != nil {
 			return err
@@ -318,9 +324,6 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	}
 	stopProgress := logProgress(ctx, logger, d, 10*time.Second)
 	defer stopProgress()
-	if s.retention < 0 {
-		return usagef("--retention must not be negative")
-	}
 	if s.retention > 0 {
 		stopRetention := runRetention(ctx, pool, s.db.table, s.retention, logger)
 		defer stopRetention()
@@ -336,6 +339,25 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	st := d.Stats()
 	logger.Info("summary", slog.Int64("done", st.Done), slog.Int64("retried", st.Retried),
 		slog.Int64("deferred", st.Deferred), slog.Int64("dead", st.Dead), slog.Int64("lease_lost", st.LeaseLost))
+	return nil
+}
+
+// checkAccess refuses to start when the role lacks a privilege the run
+// needs (DELETE too with --retention), naming it and the GRANT that supplies
+// it: without it every claim or purge would fail, and be retried, forever.
+func (s *runSetup) checkAccess(ctx context.Context, pool *pgxpool.Pool) error {
+	admin, err := outbox.NewAdmin(pool, s.db.table)
+	if err != nil {
+		return err
+	}
+	acc, err := admin.CheckAccess(ctx, &outbox.AccessOpts{NoNotify: s.rf.noNotify, Retention: s.retention > 0})
+	if err != nil {
+		return cleanErr(err)
+	}
+	var pe *outbox.PrivilegeError
+	if errors.As(acc.Err(), &pe) {
+		return fmt.Errorf("%v (as the table's owner: %s)", cleanErr(pe), strings.Join(pe.Grants(), " "))
+	}
 	return nil
 }
 

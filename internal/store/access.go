@@ -11,6 +11,9 @@ type Access struct {
 	Role string
 	// ServerVersion is server_version_num, e.g. 150020 for 15.20.
 	ServerVersion int
+	// Schema is the schema the table is in, as the catalogs name it;
+	// empty when the table does not exist.
+	Schema        string
 	TableExists   bool
 	HeadersColumn bool
 	WaitersExists bool
@@ -32,7 +35,7 @@ func (s *Store) Access(ctx context.Context, db DB, tablePrivs, waiterPrivs []str
 	var a Access
 	var usage *bool
 	err := db.QueryRow(ctx, s.access, s.Table.ident(""), s.Table.ident("_waiters"), s.Table.Name+"_wake",
-		tablePrivs, waiterPrivs, s.Table.Schema, s.Table.Name, s.migratedRelations()).Scan(&a.Role, &a.ServerVersion,
+		tablePrivs, waiterPrivs, s.Table.Schema, s.Table.Name, s.migratedRelations()).Scan(&a.Role, &a.ServerVersion, &a.Schema,
 		&a.TableExists, &a.HeadersColumn, &a.WaitersExists, &a.WakeTrigger, &a.MissingRelations, &usage,
 		&a.MissingTable, &a.MissingWaiters)
 	if err != nil {

@@ -1,5 +1,6 @@
 -- Access: what `outboxd config check --connect` reports about the table and
--- the connected role, read from the catalogs only (no row is touched).
+-- the connected role, and what a dispatcher checks before it starts, read
+-- from the catalogs only (no row is touched).
 -- $1 the table's quoted name, $2 the waiters table's, $3 the wake trigger's
 -- bare name, $4 the privileges needed on the table, $5 those needed on the
 -- waiters table, $6 the schema as written ('' for none), $7 the name, $8
@@ -9,7 +10,10 @@
 -- lazily), since has_table_privilege fails on a missing one. A qualified
 -- name is looked up in the catalogs rather than by to_regclass, which
 -- fails outright on a schema the role may not use: that is a finding to
--- report, not an error.
+-- report, not an error. SELECT, INSERT and UPDATE count as held when
+-- granted on some column (has_any_column_privilege, which a table-wide
+-- grant also satisfies): a role granted UPDATE on just the columns the
+-- dispatcher writes is not refused; DELETE exists only table-wide.
 WITH t AS (
     SELECT CASE WHEN $6 = '' THEN to_regclass($1)::oid ELSE (
         SELECT c.oid FROM pg_catalog.pg_class AS c
@@ -24,6 +28,9 @@ w AS (
 )
 SELECT current_user::text,
        current_setting('server_version_num')::int,
+       coalesce((SELECT n.nspname::text FROM pg_catalog.pg_class AS c
+                 JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+                 WHERE c.oid = t.oid), ''),
        t.oid IS NOT NULL,
        EXISTS (SELECT 1 FROM pg_catalog.pg_attribute AS a
                WHERE a.attrelid = t.oid AND a.attname = 'headers' AND NOT a.attisdropped),
@@ -39,9 +46,13 @@ SELECT current_user::text,
            has_schema_privilege((SELECT c.relnamespace FROM pg_catalog.pg_class AS c WHERE c.oid = t.oid), 'USAGE')
        END,
        CASE WHEN t.oid IS NOT NULL THEN
-           ARRAY(SELECT p FROM unnest($4::text[]) AS p WHERE NOT has_table_privilege(t.oid, p))
+           ARRAY(SELECT p FROM unnest($4::text[]) AS p
+                 WHERE NOT CASE WHEN p = 'DELETE' THEN has_table_privilege(t.oid, p)
+                                ELSE has_any_column_privilege(t.oid, p) END)
        END,
        CASE WHEN w.oid IS NOT NULL THEN
-           ARRAY(SELECT p FROM unnest($5::text[]) AS p WHERE NOT has_table_privilege(w.oid, p))
+           ARRAY(SELECT p FROM unnest($5::text[]) AS p
+                 WHERE NOT CASE WHEN p = 'DELETE' THEN has_table_privilege(w.oid, p)
+                                ELSE has_any_column_privilege(w.oid, p) END)
        END
 FROM t, w

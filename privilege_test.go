@@ -1,0 +1,128 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/internal/testdb"
+)
+
+// loginRole creates a role that may log in (the test server trusts local
+// connections), dropped with everything granted to it when the test ends,
+// and returns its quoted name and a pool connected as it. The name needs
+// quoting, so every message must quote it.
+func loginRole(t *testing.T, b *testBundle) (string, *pgxpool.Pool) {
+	t.Helper()
+	name := "r-" + b.schema
+	quoted := pgx.Identifier{name}.Sanitize()
+	b.exec(t, "CREATE ROLE "+quoted+" LOGIN")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = b.pool.Exec(ctx, "DROP OWNED BY "+quoted)
+		_, err := b.pool.Exec(ctx, "DROP ROLE "+quoted)
+		require.NoError(t, err)
+	})
+	cfg, err := pgxpool.ParseConfig(testdb.DSN(t))
+	require.NoError(t, err)
+	cfg.ConnConfig.User = name
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return quoted, pool
+}
+
+// TestDispatcherRefusesRoleWithoutPrivileges: a dispatcher connected as a
+// role that may only read the table stops before claiming anything, with a
+// *PrivilegeError naming each missing privilege and its object; the GRANTs
+// it proposes are enough to relay. Before, Drain logged "claim failed;
+// retrying" until its context ended.
+func TestDispatcherRefusesRoleWithoutPrivileges(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	role, pool := loginRole(t, b)
+	schema := pgx.Identifier{b.schema}.Sanitize()
+	waiters := pgx.Identifier{b.schema, "outbox_waiters"}.Sanitize()
+	b.exec(t, "GRANT SELECT ON "+b.quoted+" TO "+role)
+	ids := b.enqueueN(t, 2, "a")
+	rec := newRecorder(nil)
+	newDispatcher := func(cfg outbox.Config) *outbox.Dispatcher {
+		cfg.Table, cfg.Logger, cfg.PollInterval = b.table, quietLogger(), 50*time.Millisecond
+		d, err := outbox.NewDispatcher(pool, rec.Sink(), &cfg)
+		require.NoError(t, err)
+		return d
+	}
+	refused := func(d *outbox.Dispatcher) *outbox.PrivilegeError {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		err := d.Drain(ctx)
+		require.NoError(t, ctx.Err(), "Drain returned only because its context ended")
+		require.True(t, outbox.IsPrivilegeError(err), "%v", err)
+		var pe *outbox.PrivilegeError
+		require.True(t, errors.As(err, &pe))
+		err = d.Start(t.Context())
+		require.ErrorIs(t, err, &outbox.PrivilegeError{}, "Start refuses at once too")
+		require.Equal(t, pe.Error(), err.Error())
+		return pe
+	}
+
+	// No USAGE on the schema: named first, then the table and waiters
+	// privileges.
+	pe := refused(newDispatcher(outbox.Config{}))
+	require.Equal(t, `outbox: role `+role+` lacks USAGE on schema `+schema+`; UPDATE on table `+b.quoted+
+		`; SELECT, INSERT, UPDATE, DELETE on table `+waiters, pe.Error())
+
+	// Polling only, it still clears its waiter row with every claim.
+	b.exec(t, "GRANT USAGE ON SCHEMA "+schema+" TO "+role)
+	pe = refused(newDispatcher(outbox.Config{DisableNotify: true}))
+	require.Equal(t, `outbox: role `+role+` lacks UPDATE on table `+b.quoted+`; SELECT, DELETE on table `+waiters, pe.Error())
+	b.exec(t, "GRANT SELECT, DELETE ON "+waiters+" TO "+role)
+	pe = refused(newDispatcher(outbox.Config{DisableNotify: true}))
+	require.Equal(t, `outbox: role `+role+` lacks UPDATE on table `+b.quoted, pe.Error())
+	require.Equal(t, []outbox.MissingPrivileges{{Privileges: []string{"UPDATE"}, ObjectType: "table", Object: b.quoted}}, pe.Missing)
+	require.Equal(t, []string{"GRANT UPDATE ON TABLE " + b.quoted + " TO " + role + ";"}, pe.Grants())
+	for _, r := range b.rows(t) {
+		require.Equal(t, "pending", r.Status, "nothing was claimed")
+		require.Zero(t, r.Attempts)
+	}
+
+	// The proposed GRANTs, run by the owner, are enough: it relays, with
+	// LISTEN and its waiters table.
+	pe = refused(newDispatcher(outbox.Config{}))
+	b.exec(t, strings.Join(pe.Grants(), " "))
+	drain(t, newDispatcher(outbox.Config{}))
+	require.ElementsMatch(t, ids, rec.IDs())
+}
+
+// TestCheckAccessRetentionAndColumnGrants: retention needs DELETE, which
+// CheckAccess names; UPDATE granted on columns only counts as held (a role
+// granted just the columns it writes is not refused).
+func TestCheckAccessRetentionAndColumnGrants(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	role, pool := loginRole(t, b)
+	b.exec(t, "GRANT USAGE ON SCHEMA "+pgx.Identifier{b.schema}.Sanitize()+" TO "+role)
+	b.exec(t, "GRANT SELECT, UPDATE (status, attempts) ON "+b.quoted+" TO "+role)
+	b.exec(t, "GRANT SELECT, DELETE ON "+pgx.Identifier{b.schema, "outbox_waiters"}.Sanitize()+" TO "+role)
+	admin, err := outbox.NewAdmin(pool, b.table)
+	require.NoError(t, err)
+	acc, err := admin.CheckAccess(t.Context(), &outbox.AccessOpts{NoNotify: true, Retention: true})
+	require.NoError(t, err)
+	require.Equal(t, b.schema, acc.Schema)
+	require.Equal(t, []string{"DELETE"}, acc.MissingTable)
+	require.EqualError(t, acc.Err(), `outbox: role `+role+` lacks DELETE on table `+b.quoted)
+
+	acc, err = admin.CheckAccess(t.Context(), &outbox.AccessOpts{NoNotify: true})
+	require.NoError(t, err)
+	require.NoError(t, acc.Err())
+}
