@@ -334,7 +334,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		err = d.Run(ctx)
 	}
 	if err != nil {
-		return cleanErr(err)
+		return runErr(err)
 	}
 	st := d.Stats()
 	logger.Info("summary", slog.Int64("done", st.Done), slog.Int64("retried", st.Retried),
@@ -352,7 +352,7 @@ func (s *runSetup) checkAccess(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	acc, err := admin.CheckAccess(ctx, &outbox.AccessOpts{NoNotify: s.rf.noNotify, Retention: s.retention > 0})
 	if err != nil {
-		return cleanErr(err)
+		return runErr(err)
 	}
 	var pe *outbox.PrivilegeError
 	if errors.As(acc.Err(), &pe) {
@@ -375,7 +375,7 @@ func checkRoutes(ctx context.Context, pool *pgxpool.Pool, table string, router *
 	}
 	types, err := admin.UndeliveredTypes(ctx)
 	if err != nil {
-		return cleanErr(err)
+		return runErr(err)
 	}
 	if missing := router.Unrouted(types); len(missing) > 0 {
 		parts := make([]string, 0, len(missing))

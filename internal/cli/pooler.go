@@ -1,0 +1,28 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// poolerFix is what to change when a transaction pooler (PgBouncer in
+// transaction mode) sits between outboxd and the server.
+const poolerFix = "a transaction pooler (PgBouncer in transaction mode) between outboxd and the server hands each " +
+	"statement to another server session, so pgx's prepared statements collide or vanish: add " +
+	"default_query_exec_mode=exec to the DSN, and run with --no-notify (LISTEN needs a session of its own)"
+
+// poolerHint adds poolerFix to an error whose SQLSTATE says a prepared
+// statement already exists (42P05) or does not exist (26000), the first
+// failure through such a pooler; other errors pass unchanged.
+func poolerHint(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P05" || pgErr.Code == "26000") {
+		return fmt.Errorf("%w; %s", err, poolerFix)
+	}
+	return err
+}
+
+// runErr is an error of the run path as the command reports it.
+func runErr(err error) error { return cleanErr(poolerHint(err)) }
