@@ -36,9 +36,14 @@ type Dispatcher struct {
 	wake      chan struct{} // a notification arrived (capacity 1)
 	freed     chan struct{} // the completer finalized rows (capacity 1)
 	listening atomic.Bool
-	stats     counters
-	breaker   breaker
-	sizer     *claimSizer
+	// probed is set once the listener sent its notification probe;
+	// probeTo, when set (tests), is the channel the probe goes to instead
+	// of the listened one.
+	probed  atomic.Bool
+	probeTo string
+	stats   counters
+	breaker breaker
+	sizer   *claimSizer
 
 	// flights are the rows whose publish has started and that are not yet
 	// finalized, for heartbeats; only kept when heartbeats are on. Keyed by

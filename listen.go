@@ -44,9 +44,58 @@ func (d *Dispatcher) listenOnce(ctx context.Context, channel string, connected f
 	connected()
 	d.listening.Store(true)
 	d.signal() // anything inserted while we were not listening
+	if !d.probed.Swap(true) {
+		if err := d.probe(ctx, conn, channel); err != nil {
+			return err
+		}
+	}
 	for {
 		if _, err := conn.WaitForNotification(ctx); err != nil {
 			return err
+		}
+		d.stats.wakeups.Add(1)
+		d.signal()
+	}
+}
+
+// probeTimeout bounds the wait for the listener's own probe notification.
+const probeTimeout = 2 * time.Second
+
+// probe sends a notification on the channel from another session, as a
+// producer would, and waits for it on the listening connection. Behind a
+// transaction pooler LISTEN succeeds but notifications never come back;
+// the relay then only polls, which it says once, with the fix. Other
+// notifications arriving meanwhile are wake-ups as usual.
+func (d *Dispatcher) probe(ctx context.Context, conn *pgx.Conn, channel string) error {
+	payload := "outboxd-probe-" + d.cfg.Owner
+	to := channel
+	if d.probeTo != "" {
+		to = d.probeTo
+	}
+	if _, err := d.pool.Exec(ctx, "SELECT pg_notify($1, $2)", to, payload); err != nil {
+		d.log.WarnContext(ctx, "could not send the notification probe", slog.Any("error", err))
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	for {
+		n, err := conn.WaitForNotification(pctx)
+		if err != nil {
+			if ctx.Err() != nil || pctx.Err() == nil {
+				return err
+			}
+			d.log.WarnContext(ctx, "notifications do not arrive (a transaction pooler such as PgBouncer in transaction mode?): "+
+				"the relay falls back to polling every poll interval; connect the dispatcher to the server directly "+
+				"or through session pooling, or run with --no-notify (DisableNotify) to say so",
+				slog.String("channel", channel), slog.Duration("waited", probeTimeout),
+				slog.Duration("poll_interval", d.cfg.PollInterval))
+			// Listening goes on: should notifications start to arrive,
+			// they wake the dispatcher.
+			return nil
+		}
+		if n.Payload == payload {
+			d.log.DebugContext(ctx, "notification probe arrived", slog.String("channel", channel))
+			return nil
 		}
 		d.stats.wakeups.Add(1)
 		d.signal()

@@ -1,0 +1,73 @@
+package outbox_test
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outbox"
+)
+
+// lockedBuffer collects log output written from several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+const probeWarning = "notifications do not arrive"
+
+// TestListenerProbe: at start the listener notifies its own channel from
+// another session and waits for it. On a direct connection it arrives and
+// nothing is said; when it cannot arrive (as behind a transaction pooler;
+// here the probe goes to another channel) one warning says the relay polls,
+// and delivery goes on.
+func TestListenerProbe(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name    string
+		lost    bool
+		message string
+	}{
+		{"Arrives", false, "notification probe arrived"},
+		{"NeverArrives", true, probeWarning},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			var logs lockedBuffer
+			logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			rec := newRecorder(nil)
+			d := b.dispatcher(t, rec.Sink(), &outbox.Config{Logger: logger, PollInterval: 200 * time.Millisecond})
+			if tt.lost {
+				outbox.SetProbeChannel(d, b.schema+".elsewhere")
+			}
+			start(t, d)
+			eventually(t, func() bool { return strings.Contains(logs.String(), tt.message) }, tt.message)
+			ids := b.enqueueN(t, 2, "a")
+			eventually(t, func() bool { return rec.Len() == 2 })
+			require.ElementsMatch(t, ids, rec.IDs())
+			require.Equal(t, map[bool]int{false: 0, true: 1}[tt.lost], strings.Count(logs.String(), probeWarning), "%s", logs.String())
+			if tt.lost {
+				require.Contains(t, logs.String(), "falls back to polling every poll interval")
+				require.Contains(t, logs.String(), "--no-notify")
+			}
+		})
+	}
+}
