@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -73,6 +74,16 @@ type Config struct {
 	// Hook observes claims, finalizes and each message's outcome (for
 	// metrics). Defaults to none.
 	Hook Hook
+
+	// IDNamespace, when set, qualifies the message id every sink sends
+	// ([Message.IDString]): "orders" sends "orders:42" where the bare id 42
+	// would go (Idempotency-Key, ce-id, webhook-id, Nats-Msg-Id, each
+	// broker's message id). Give each outbox table that feeds one receiver
+	// its own namespace, and a new one when a table's identity restarts;
+	// changing it on a live table makes receivers see every message not yet
+	// delivered as new. At most 64 characters of A-Z, a-z, 0-9, '.', '_'
+	// and '-'. Defaults to "" (the bare id).
+	IDNamespace string
 
 	// Lease is how long a claim owns a row. A row still processing after its
 	// lease expires may be claimed by another worker (with a new fencing
@@ -201,6 +212,8 @@ func (c *Config) validate() *ConfigError {
 		return invalid("RetryCap", "must not be negative, got %s", c.RetryCap)
 	case c.RetryCap < c.RetryBase:
 		return conflict("RetryCap", "RetryBase", "(%[2]s) must be at least %[1]s (%[3]s)", c.RetryCap, c.RetryBase)
+	case !validNamespace(c.IDNamespace):
+		return invalid("IDNamespace", "must be at most 64 characters of A-Z, a-z, 0-9, '.', '_' and '-', got %q", c.IDNamespace)
 	case c.DeferDelay < 0:
 		return invalid("DeferDelay", "must not be negative, got %s", c.DeferDelay)
 	case c.DeferMaxAge < 0 && c.DeferMaxAge != -1:
@@ -220,4 +233,17 @@ func DefaultOwner() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// validNamespace reports whether ns may qualify message ids: short, and of
+// characters no header, subject or broker id slot treats specially (no ':'
+// so the id after it is unambiguous).
+func validNamespace(ns string) bool {
+	if len(ns) > 64 {
+		return false
+	}
+	return strings.IndexFunc(ns, func(r rune) bool {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-'
+		return !ok
+	}) < 0
 }

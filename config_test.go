@@ -26,6 +26,9 @@ func TestConfigError(t *testing.T) {
 		{"PublishTimeoutOverHalfLease", "PublishTimeout", "Lease", outbox.Config{Lease: 10 * time.Second, PublishTimeout: 6 * time.Second}},
 		{"HeartbeatOverThirdOfLease", "HeartbeatInterval", "Lease", outbox.Config{Lease: time.Second, HeartbeatInterval: 500 * time.Millisecond}},
 		{"RetryCapUnderBase", "RetryCap", "RetryBase", outbox.Config{RetryBase: 2 * time.Second, RetryCap: time.Second}},
+		{"NamespaceWithColon", "IDNamespace", "", outbox.Config{IDNamespace: "orders:eu"}},
+		{"NamespaceWithSpace", "IDNamespace", "", outbox.Config{IDNamespace: "my orders"}},
+		{"NamespaceTooLong", "IDNamespace", "", outbox.Config{IDNamespace: strings.Repeat("n", 65)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

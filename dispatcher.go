@@ -404,7 +404,7 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 				r := &rows[i]
 				j := &job{
 					msg: Message{
-						ID: r.ID, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
+						ID: r.ID, IDNamespace: d.cfg.IDNamespace, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
 						EventType: r.EventType, Payload: r.Payload, CreatedAt: r.CreatedAt,
 						Attempt: r.Attempts, FencingToken: r.LeaseVersion, Headers: d.headers(r),
 					},

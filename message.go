@@ -8,11 +8,16 @@ import (
 
 // Message is one claimed outbox row as a [Sink] sees it.
 //
-// ID is the row's primary key. It never changes across retries and is the
-// key downstream systems deduplicate on: every sink passes it on.
+// ID is the row's primary key. It never changes across retries; in the
+// form [Message.IDString] gives (with the dispatcher's IDNamespace, if any)
+// it is the key downstream systems deduplicate on: every sink passes it on.
 type Message struct {
-	// ID is the outbox row id: the downstream deduplication key.
+	// ID is the outbox row id.
 	ID int64
+	// IDNamespace is the dispatcher's [Config.IDNamespace] ("" for none):
+	// it qualifies the id sinks send, so receivers fed by several tables, or
+	// by one table after its identity restarted, tell messages apart.
+	IDNamespace string
 	// AggregateType is the kind of entity the event is about (e.g. "order").
 	AggregateType string
 	// AggregateID identifies the entity; ordering is kept per AggregateID.
@@ -36,15 +41,23 @@ type Message struct {
 	Headers map[string]string
 }
 
-// IDString returns ID in decimal, the form sinks put in headers.
-func (m *Message) IDString() string { return strconv.FormatInt(m.ID, 10) }
+// IDString returns the message id as every sink sends it (Idempotency-Key,
+// ce-id, webhook-id, Outbox-Id, each broker's message id): ID in decimal,
+// prefixed with "NAMESPACE:" when the dispatcher has an IDNamespace
+// ("orders:42").
+func (m *Message) IDString() string {
+	if m.IDNamespace != "" {
+		return m.IDNamespace + ":" + strconv.FormatInt(m.ID, 10)
+	}
+	return strconv.FormatInt(m.ID, 10)
+}
 
 // Replay returns the name of the replay delivering this message again
 // ([Admin.Replay], header Outbox-Replay), or "" for an ordinary delivery.
 func (m *Message) Replay() string { return m.Headers[ReplayHeader] }
 
 // DedupeKey is the key a deduplication that must let a replay through
-// uses: the id in decimal, or for a replay "ID/replay/NAME". Every delivery
+// uses: [Message.IDString], or for a replay "ID/replay/NAME". Every delivery
 // of one replay has the same key, so redeliveries of a replay are still
 // deduplicated, but it differs from the original delivery's. Broker-side
 // deduplication (Nats-Msg-Id, Redis IDMP) uses it; the message id itself is

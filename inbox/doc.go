@@ -24,6 +24,16 @@
 //
 //	at-least-once delivery + inbox = effectively once
 //
+// # Several tables, or an identity that restarted
+//
+// The bare id is unique only within one outbox table, and only while its
+// identity never restarts. A receiver fed by two tables, or by one table
+// recreated or restored with a reset sequence, would drop real messages as
+// duplicates. Give each table its own namespace (outboxd run --id-namespace
+// orders, or Config.IDNamespace): every sink then sends "orders:42" where it
+// sent "42", and the inbox, which keys on the text it is given, keeps the
+// two apart. Record under the key exactly as the sink sent it.
+//
 // # Concurrency
 //
 // Two deliveries of one message may race (two webhook requests, two

@@ -264,6 +264,18 @@ func TestApply(t *testing.T) {
 		require.Equal(t, []string{"billing/42", "billing/43"}, b.recorded(t))
 	})
 
+	t.Run("NamespacedIDsAreDistinct", func(t *testing.T) {
+		// Two outbox tables with their own --id-namespace both send row 42:
+		// the inbox keys on what the sink sent, so neither is a duplicate.
+		t.Parallel()
+		b := setup(t)
+		require.True(t, b.apply(t, "billing", "orders:42"))
+		require.True(t, b.apply(t, "billing", "payments:42"))
+		require.False(t, b.apply(t, "billing", "orders:42"))
+		require.Equal(t, 1, b.effectCount(t, "billing", "orders:42"))
+		require.Equal(t, 1, b.effectCount(t, "billing", "payments:42"))
+	})
+
 	t.Run("ConsumersAreIndependent", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -52,6 +52,7 @@ func TestCLI(t *testing.T) {
 		{"Enqueue", testEnqueue},
 		{"RunDrainToStdout", testRunDrainStdout},
 		{"RunDrainToHTTP", testRunDrainHTTP},
+		{"RunIDNamespace", testRunIDNamespace},
 		{"RunStopsOnSIGTERM", func(t *testing.T, bin string) { testRunStopsOnSignal(t, bin, syscall.SIGTERM) }},
 		{"RunStopsOnSIGINT", func(t *testing.T, bin string) { testRunStopsOnSignal(t, bin, syscall.SIGINT) }},
 		{"RunStopsMidPublish", testRunStopsMidPublish},
@@ -1110,4 +1111,27 @@ func testBenchLatency(t *testing.T, bin string) {
 	bad := start(t, bin, envWith(dsn), nil, "bench", "--latency", "--sink", "null:", "--dsn", dsn).wait()
 	require.Equal(t, 2, bad.code, "%s", bad)
 	require.Contains(t, bad.stderr, "--latency delivers through the HTTP sink")
+}
+
+// --id-namespace qualifies the id a webhook receives; a namespace that
+// would make the id ambiguous is a usage error naming the flag.
+func testRunIDNamespace(t *testing.T, bin string) {
+	c := newCLI(t, bin)
+	c.migrate(t)
+	id := c.enqueue(t, "agg", `{"n":1}`)
+	keys := make(chan string, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		keys <- r.Header.Get("Idempotency-Key") + " " + r.Header.Get("Ce-Id")
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+
+	c.ok(t, "run", "--drain", "--sink", srv.URL, "--table", c.table, "--id-namespace", "orders")
+	want := fmt.Sprintf("orders:%d", id)
+	require.Equal(t, want+" "+want, <-keys)
+
+	r := c.run(t, "run", "--drain", "--sink", srv.URL, "--table", c.table, "--id-namespace", "orders:eu")
+	require.Equal(t, 2, r.code, "%s", r)
+	require.Contains(t, r.stderr, "--id-namespace")
+	require.NotContains(t, r.stderr, "IDNamespace")
 }

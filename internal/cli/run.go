@@ -30,7 +30,7 @@ type runFlags struct {
 	retryBase, retryCap, deferDelay, deferMaxAge time.Duration
 	heartbeat, fetchCooldown                     time.Duration
 	ordered, noNotify                            bool
-	owner                                        string
+	owner, idNamespace                           string
 }
 
 func (r *runFlags) register(fs *flag.FlagSet, defaultSink string) {
@@ -41,6 +41,7 @@ func (r *runFlags) register(fs *flag.FlagSet, defaultSink string) {
 	fs.BoolVar(&r.ordered, "ordered", false, "deliver each aggregate_id in id order (only the head is claimable)")
 	fs.BoolVar(&r.noNotify, "no-notify", false, "do not LISTEN for wake-ups; poll only (for PgBouncer transaction mode)")
 	fs.StringVar(&r.owner, "owner", "", "lease owner name (default host-pid-random)")
+	fs.StringVar(&r.idNamespace, "id-namespace", "", "qualify the message id every sink sends: NAME sends NAME:42 (one per table feeding a receiver); default the bare id")
 	for _, d := range []struct {
 		p    *time.Duration
 		name string
@@ -78,7 +79,7 @@ func (r *runFlags) config(table string, logger *slog.Logger) (*outbox.Config, er
 		Lease: r.lease, PollInterval: r.pollInterval, PublishTimeout: r.publishTimeout,
 		RetryBase: r.retryBase, RetryCap: r.retryCap, DeferDelay: r.deferDelay, DeferMaxAge: maxAge,
 		Ordered: r.ordered, DisableNotify: r.noNotify, Logger: logger, HeartbeatInterval: r.heartbeat,
-		FetchCooldown: r.fetchCooldown,
+		FetchCooldown: r.fetchCooldown, IDNamespace: r.idNamespace,
 	}
 	if err := cfg.WithDefaults().Validate(); err != nil {
 		var ce *outbox.ConfigError
@@ -94,7 +95,7 @@ func (r *runFlags) config(table string, logger *slog.Logger) (*outbox.Config, er
 // place the CLI translates the library's field names.
 var configFlags = map[string]string{
 	"BatchSize": "batch", "DeferDelay": "defer-delay", "DeferMaxAge": "defer-max-age",
-	"FetchCooldown": "fetch-cooldown", "HeartbeatInterval": "heartbeat", "Lease": "lease",
+	"FetchCooldown": "fetch-cooldown", "HeartbeatInterval": "heartbeat", "IDNamespace": "id-namespace", "Lease": "lease",
 	"MaxAttempts": "max-attempts", "Owner": "owner", "PollInterval": "poll-interval",
 	"PublishTimeout": "publish-timeout", "RetryBase": "retry-base", "RetryCap": "retry-cap",
 	"Table": "table", "Workers": "workers",

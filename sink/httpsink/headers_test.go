@@ -195,3 +195,20 @@ func TestPublishMarksAReplay(t *testing.T) {
 	require.NoError(t, publish(t, s, testMessage(6)))
 	require.Empty(t, (<-got).header.Values("Outbox-Replay"), "an ordinary delivery is not marked")
 }
+
+func TestPublishSendsTheNamespacedID(t *testing.T) {
+	t.Parallel()
+
+	secret := randomSecret(t)
+	srv, got := newCapturingServer(t, http.StatusNoContent)
+	s := newSink(t, srv.URL, &httpsink.Options{Secrets: []string{secret}})
+	msg := testMessage(42)
+	msg.IDNamespace = "orders"
+	require.NoError(t, publish(t, s, msg))
+
+	c := <-got
+	for _, h := range []string{"Idempotency-Key", "Ce-Id", "Webhook-Id"} {
+		require.Equal(t, []string{"orders:42"}, c.header.Values(h), h)
+	}
+	require.NoError(t, webhook.Verify([]string{secret}, c.header, c.body, 0, time.Now()), "the signature covers the namespaced id")
+}

@@ -119,6 +119,19 @@ func Run(t *testing.T, h Harness) {
 		}, pick(got[0].Meta, "event_type", "aggregate_type", "aggregate_id", "fencing_token", "attempt"))
 	})
 
+	t.Run("NamespacedID", func(t *testing.T) {
+		// With Config.IDNamespace the id the destination carries (the
+		// dedupe key) is "NAMESPACE:ID", not the bare row id.
+		t.Parallel()
+		s, r, _ := setup(t)
+		m := NewMessage("agg-ns")
+		m.IDNamespace = "orders"
+		require.NoError(t, s.Publish(t.Context(), m))
+		got := r.Receive(t, 1, 10*time.Second)
+		require.Len(t, got, 1)
+		require.Equal(t, "orders:"+strconv.FormatInt(m.ID, 10), got[0].ID)
+	})
+
 	t.Run("ConcurrentPublishes", func(t *testing.T) {
 		t.Parallel()
 		s, r, _ := setup(t)
