@@ -357,7 +357,7 @@ func (s *runSetup) checkAccess(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	var pe *outbox.PrivilegeError
 	if errors.As(acc.Err(), &pe) {
-		return fmt.Errorf("%v (as the table's owner: %s)", cleanErr(pe), strings.Join(pe.Grants(), " "))
+		return fmt.Errorf("%w (as the table's owner: %s)", cleanErr(pe), strings.Join(pe.Grants(), " "))
 	}
 	return nil
 }
