@@ -45,7 +45,11 @@ func New(w io.Writer) *Sink { return &Sink{w: w} }
 // appended by hand because encoding/json would compact and HTML-escape a
 // json.RawMessage.
 type line struct {
-	ID            int64  `json:"id"`
+	ID int64 `json:"id"`
+	// Key is the id as the other sinks send it ("orders:42") when the
+	// dispatcher has an IDNamespace; left out otherwise, so lines keep
+	// their shape.
+	Key           string `json:"key,omitempty"`
 	AggregateType string `json:"aggregate_type"`
 	AggregateID   string `json:"aggregate_id"`
 	EventType     string `json:"event_type"`
@@ -100,6 +104,7 @@ func encode(msg *outbox.Message) ([]byte, error) {
 	enc.SetEscapeHTML(false)
 	err := enc.Encode(line{
 		ID:            msg.ID,
+		Key:           key(msg),
 		AggregateType: msg.AggregateType,
 		AggregateID:   msg.AggregateID,
 		EventType:     msg.EventType,
@@ -131,4 +136,12 @@ func (s *Sink) Close() error {
 		return fmt.Errorf("stdoutsink: flushing: %w", err)
 	}
 	return nil
+}
+
+// key is the namespaced id, or "" when the message has no namespace.
+func key(msg *outbox.Message) string {
+	if msg.IDNamespace == "" {
+		return ""
+	}
+	return msg.IDString()
 }

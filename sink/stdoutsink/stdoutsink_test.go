@@ -47,6 +47,18 @@ func TestPublishWritesOneJSONLine(t *testing.T) {
 		buf.String())
 }
 
+func TestPublishWritesTheNamespacedKey(t *testing.T) {
+	t.Parallel()
+
+	var buf bytes.Buffer
+	s := stdoutsink.New(&buf)
+	m := testMessage(9, `{}`)
+	m.IDNamespace = "orders"
+	require.NoError(t, s.Publish(context.Background(), m))
+	require.NoError(t, s.Close())
+	require.True(t, strings.HasPrefix(buf.String(), `{"id":9,"key":"orders:9","aggregate_type":"order",`), buf.String())
+}
+
 func TestPublishEscapesMetadata(t *testing.T) {
 	t.Parallel()
 
