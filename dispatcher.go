@@ -384,7 +384,7 @@ func (d *Dispatcher) fetch(ctx context.Context, drain bool, jobs chan<- *job, in
 				return
 			}
 			errBackoff = min(max(errBackoff*2, 50*time.Millisecond), d.cfg.PollInterval, 5*time.Second)
-			d.log.ErrorContext(ctx, "claim failed; retrying", slog.Any("error", err), slog.Duration("retry_in", errBackoff))
+			d.logClaimError(ctx, err, errBackoff)
 			if !sleep(nil, errBackoff) {
 				return
 			}
@@ -556,4 +556,14 @@ func pause(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// logClaimError logs a failed claim, with the fix when a transaction
+// pooler caused it (the start-up statements may have met a clean session).
+func (d *Dispatcher) logClaimError(ctx context.Context, err error, retryIn time.Duration) {
+	attrs := []any{slog.Any("error", err), slog.Duration("retry_in", retryIn)}
+	if IsPoolerError(err) {
+		attrs = append(attrs, slog.String("fix", PoolerFix))
+	}
+	d.log.ErrorContext(ctx, "claim failed; retrying", attrs...)
 }

@@ -1,10 +1,9 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/outboxd/outbox"
 )
 
 // poolerFix is what to change when a transaction pooler (PgBouncer in
@@ -17,8 +16,7 @@ const poolerFix = "a transaction pooler (PgBouncer in transaction mode) between 
 // statement already exists (42P05) or does not exist (26000), the first
 // failure through such a pooler; other errors pass unchanged.
 func poolerHint(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P05" || pgErr.Code == "26000") {
+	if outbox.IsPoolerError(err) {
 		return fmt.Errorf("%w; %s", err, poolerFix)
 	}
 	return err
