@@ -122,7 +122,7 @@ type bulkRun struct {
 }
 
 func (a *Admin) bulk(ctx context.Context, action store.Action, status string, f Filter, r bulkRun) (int64, error) {
-	if err := a.checkFilter(ctx, f); err != nil {
+	if err := a.CheckFilter(ctx, f); err != nil {
 		return 0, err
 	}
 	if len(f.Status) > 0 && slices.ContainsFunc(f.Status, func(s string) bool { return s != status }) {

@@ -66,7 +66,7 @@ type Count struct {
 // Messages returns one page of messages matching f, and the After of the
 // next page (0 when this is the last).
 func (a *Admin) Messages(ctx context.Context, f Filter, p Page) ([]MessageSummary, int64, error) {
-	if err := a.checkFilter(ctx, f); err != nil {
+	if err := a.CheckFilter(ctx, f); err != nil {
 		return nil, 0, err
 	}
 	if p.Limit <= 0 {
@@ -94,7 +94,7 @@ func (a *Admin) Messages(ctx context.Context, f Filter, p Page) ([]MessageSummar
 // CountCap, so the answer stays fast however large the table: a Capped
 // count of CountCap. Exact reads every matching row.
 func (a *Admin) Count(ctx context.Context, f Filter, exact bool) (Count, error) {
-	if err := a.checkFilter(ctx, f); err != nil {
+	if err := a.CheckFilter(ctx, f); err != nil {
 		return Count{}, err
 	}
 	var limit int64
@@ -124,9 +124,9 @@ func (a *Admin) Message(ctx context.Context, id int64) (*MessageDetail, error) {
 		Headers: d.Headers, LeaseVersion: d.LeaseVersion}, nil
 }
 
-// checkFilter has the database parse f's paths, so a bad one is one
+// CheckFilter has the database parse f's paths, so a bad one is one
 // [*FilterError] before any statement that uses it runs.
-func (a *Admin) checkFilter(ctx context.Context, f Filter) error {
+func (a *Admin) CheckFilter(ctx context.Context, f Filter) error {
 	for _, p := range []struct{ term, path string }{{"payload=", f.PayloadPath}, {"header=", f.HeaderPath}} {
 		if p.path == "" {
 			continue

@@ -164,6 +164,12 @@ func writeCount(w http.ResponseWriter, n int64) {
 // exact count first, and answers 202 with the job.
 func (s *Server) startJob(w http.ResponseWriter, r *http.Request, t *table, f outbox.Filter, view JobView,
 	run func(ctx context.Context, progress func(int64)) (int64, error)) {
+	// A filter the store would refuse is this request's 400, not a job
+	// that fails once started.
+	if err := t.admin.CheckFilter(r.Context(), f); err != nil {
+		s.answerErr(w, r, asRequestError(err))
+		return
+	}
 	job := s.jobs.start(r.Context(), view, func(ctx context.Context, j *job) (int64, error) {
 		if c, err := t.admin.Count(ctx, f, true); err == nil {
 			j.setTotal(c.N)

@@ -172,3 +172,33 @@ func TestAuditPage(t *testing.T) {
 	require.Contains(t, page.body, "<td>ops</td><td>dead_retry</td>")
 	require.Contains(t, page.body, fmt.Sprintf(`<td class="num">%d</td><td>yes</td>`, 3))
 }
+
+// A filter the store would refuse, in a bulk action that is not a dry run,
+// is the request's 400: no job is started and nothing is audited.
+func TestBulkBadFilterRefusedBeforeJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Config{Write: true, Credentials: console.Credentials{Token: testToken}})
+	b.seed(t, 3, "OrderPaid", "dead")
+	b.seed(t, 3, "OrderPaid", "done")
+	c := b.client(t, bearer(testToken))
+	api := "/api/v1/tables/" + b.table
+	jobsBefore := c.get("/api/v1/jobs").body
+	auditBefore := c.get(api + "/audit").body
+	for name, req := range map[string]struct {
+		path string
+		body map[string]any
+	}{
+		"RetryBadPayload": {"/dead/retry", map[string]any{"filter": map[string]any{"payload": "$.a >>> 1"}}},
+		"SkipBadHeader":   {"/dead/skip", map[string]any{"filter": map[string]any{"header": "$$bad"}}},
+		"ReplayBadPath":   {"/replay", map[string]any{"name": "fix-2", "filter": map[string]any{"payload": "$.a >>> 1"}}},
+	} {
+		resp := c.do(http.MethodPost, api+req.path, req.body)
+		require.Equal(t, http.StatusBadRequest, resp.code, name+": "+resp.body)
+		require.Equal(t, "bad_request", errorCode(t, resp), name)
+		require.Contains(t, resp.body, "=", name+": the message names the term")
+	}
+	require.Equal(t, jobsBefore, c.get("/api/v1/jobs").body, "no job was started")
+	require.Equal(t, auditBefore, c.get(api+"/audit").body, "nothing was audited")
+	require.Equal(t, 3, b.countWhere(t, "status = 'dead'"))
+	require.Equal(t, 3, b.countWhere(t, "status = 'done'"))
+}
