@@ -76,7 +76,7 @@ func TestLogStream(t *testing.T) {
 				}
 				rows, err := testdb.Pool(t).Query(context.Background(),
 					`SELECT DISTINCT application_name FROM pg_stat_activity
-					 WHERE pid <> pg_backend_pid() AND strpos(query, $1) > 0 ORDER BY 1`, c.schema)
+					 WHERE pid <> pg_backend_pid() AND strpos(query, $1) > 0 AND application_name <> $2 ORDER BY 1`, c.schema, testdb.AppName)
 				require.NoError(t, err)
 				names = names[:0]
 				for rows.Next() {

@@ -54,6 +54,9 @@ func setup() {
 		return
 	}
 	cfg.MaxConns = 20
+	// The suite's own sessions are told apart from the software's in
+	// pg_stat_activity (the software sets application_name itself).
+	cfg.ConnConfig.RuntimeParams["application_name"] = AppName
 	pool, initErr = pgxpool.NewWithConfig(ctx, cfg)
 }
 
@@ -67,6 +70,9 @@ func reachable(ctx context.Context, dsn string) bool {
 	conn.Close(ctx)
 	return true
 }
+
+// AppName is the application_name of the sessions of [Pool].
+const AppName = "outboxd-test-suite"
 
 // DSN returns the test server's connection string.
 func DSN(tb testing.TB) string {
