@@ -34,7 +34,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // api authenticates a read endpoint.
 func (s *Server) api(h apiHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		p, ok := s.authenticate(r)
+		p, ok, wait := s.authenticateLimited(r)
+		if wait > 0 {
+			w.Header().Set("Retry-After", retryAfter(wait))
+			apiError(w, http.StatusTooManyRequests, "rate_limited", "too many failed authentications from this address; try again later")
+			return
+		}
 		if !ok {
 			s.challenge(w)
 			apiError(w, http.StatusUnauthorized, "unauthorized", "authentication required: a bearer token or basic auth")

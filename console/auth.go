@@ -3,8 +3,10 @@ package console
 import (
 	"crypto/subtle"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // Environment variables [CredentialsFromEnv] reads.
@@ -58,6 +60,26 @@ type principal struct {
 	// token. A bearer token is never ambient.
 	ambient bool
 	session *session
+}
+
+// authenticateLimited is authenticate with guessing bounded: while the
+// client address has spent its bucket of failed Authorization headers, such
+// a header is not even checked and wait says when to come back; a failed
+// check spends a token, a good one none.
+func (s *Server) authenticateLimited(r *http.Request) (p principal, ok bool, wait time.Duration) {
+	if r.Header.Get("Authorization") == "" {
+		p, ok = s.authenticate(r)
+		return p, ok, 0
+	}
+	addr := clientAddr(r)
+	if spent, wait := s.badAuth.spent(addr); spent {
+		s.logger.Warn("console: authentication rate limited", slog.String("remote", r.RemoteAddr))
+		return principal{}, false, wait
+	}
+	if p, ok = s.authenticate(r); !ok {
+		s.badAuth.allow(addr)
+	}
+	return p, ok, 0
 }
 
 // authenticate identifies the request's principal, or returns false.

@@ -56,7 +56,12 @@ type pageHandler func(w http.ResponseWriter, r *http.Request, t *table, base pag
 // table.
 func (s *Server) page(h pageHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		p, ok := s.authenticate(r)
+		p, ok, wait := s.authenticateLimited(r)
+		if wait > 0 {
+			w.Header().Set("Retry-After", retryAfter(wait))
+			http.Error(w, "too many failed authentications from this address; try again later", http.StatusTooManyRequests)
+			return
+		}
 		if !ok {
 			http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return

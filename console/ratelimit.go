@@ -4,6 +4,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -52,6 +53,22 @@ func (l *signInLimiter) allow(addr string) (bool, time.Duration) {
 	return false, time.Duration((1 - b.tokens) * float64(l.refill))
 }
 
+// spent reports whether addr has no token left, and how long until one is
+// back, without taking one.
+func (l *signInLimiter) spent(addr string) (bool, time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.buckets[addr]
+	if b == nil {
+		return false, 0
+	}
+	l.fillLocked(b, l.now())
+	if b.tokens >= 1 {
+		return false, 0
+	}
+	return true, time.Duration((1 - b.tokens) * float64(l.refill))
+}
+
 func (l *signInLimiter) fillLocked(b *bucket, now time.Time) {
 	b.tokens = math.Min(l.burst, b.tokens+float64(now.Sub(b.at))/float64(l.refill))
 	b.at = now
@@ -73,4 +90,9 @@ func clientAddr(r *http.Request) string {
 		return r.RemoteAddr
 	}
 	return host
+}
+
+// retryAfter is wait as a Retry-After value: whole seconds, at least 1.
+func retryAfter(wait time.Duration) string {
+	return strconv.Itoa(max(1, int(math.Ceil(wait.Seconds()))))
 }

@@ -55,7 +55,11 @@ type Config struct {
 	// 504 (code "timeout"). Tracked jobs are not bound by it. Defaults to 10s.
 	RequestTimeout time.Duration
 	// SignInBurst is how many sign-in attempts one client address may make
-	// at once; past it the form answers 429 with Retry-After. Defaults to 10.
+	// at once; past it the form answers 429 with Retry-After. Failed
+	// Authorization headers (a wrong bearer token or basic auth) spend a
+	// bucket of the same size of their own: past it every request of that
+	// address with such a header answers 429, checked or not; a right
+	// credential spends nothing. Defaults to 10.
 	SignInBurst int
 	// SignInRefill is how often one more attempt is allowed per address
 	// once the burst is spent. Defaults to 6s (10 a minute).
@@ -72,6 +76,7 @@ type Server struct {
 	jobs     *jobs
 	handler  http.Handler
 	signIn   *signInLimiter
+	badAuth  *signInLimiter // failed Authorization headers, per address
 }
 
 // table is one outbox table the console serves.
@@ -117,7 +122,7 @@ func New(db outbox.DB, cfg *Config) (*Server, error) {
 			"only a read-only console on a loopback address may run without them")
 	}
 	s := &Server{cfg: c, byName: map[string]*table{}, logger: c.Logger, sessions: newSessions(), jobs: newJobs(),
-		signIn: newSignInLimiter(c.SignInBurst, c.SignInRefill)}
+		signIn: newSignInLimiter(c.SignInBurst, c.SignInRefill), badAuth: newSignInLimiter(c.SignInBurst, c.SignInRefill)}
 	for _, name := range c.Tables {
 		a, err := outbox.NewAdmin(db, name)
 		if err != nil {
