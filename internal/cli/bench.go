@@ -347,10 +347,6 @@ func benchProducers(ctx context.Context, e *env, pool *pgxpool.Pool, o *benchOpt
 		name  string
 		setup func(ctx context.Context, table string) (func(), error)
 	}
-	quoted := func(table string) string {
-		s, _ := store.ParseTable(table)
-		return pgx.Identifier{s.Schema, s.Name}.Sanitize()
-	}
 	runDispatcher := func(ctx context.Context, table string, noNotify bool) (func(), error) {
 		cfg, err := o.rf.config(table, logger)
 		if err != nil {
@@ -369,7 +365,7 @@ func benchProducers(ctx context.Context, e *env, pool *pgxpool.Pool, o *benchOpt
 	phases := []phase{
 		{"no trigger, polling dispatcher", func(ctx context.Context, table string) (func(), error) {
 			s, _ := store.ParseTable(table)
-			if _, err := pool.Exec(ctx, "DROP TRIGGER "+pgx.Identifier{s.Name + "_wake"}.Sanitize()+" ON "+quoted(table)); err != nil {
+			if _, err := pool.Exec(ctx, "DROP TRIGGER "+pgx.Identifier{s.Name + "_wake"}.Sanitize()+" ON "+quotedTable(table)); err != nil {
 				return nil, err
 			}
 			return runDispatcher(ctx, table, true)
@@ -383,9 +379,9 @@ func benchProducers(ctx context.Context, e *env, pool *pgxpool.Pool, o *benchOpt
 		{"per-row pg_notify trigger (naive), polling dispatcher", func(ctx context.Context, table string) (func(), error) {
 			s, _ := store.ParseTable(table)
 			fn := pgx.Identifier{s.Schema, "naive_notify"}.Sanitize()
-			_, err := pool.Exec(ctx, "DROP TRIGGER "+pgx.Identifier{s.Name + "_wake"}.Sanitize()+" ON "+quoted(table)+";"+
+			_, err := pool.Exec(ctx, "DROP TRIGGER "+pgx.Identifier{s.Name + "_wake"}.Sanitize()+" ON "+quotedTable(table)+";"+
 				"CREATE FUNCTION "+fn+"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_notify('naive', NEW.id::text); RETURN NULL; END $$;"+
-				"CREATE TRIGGER naive AFTER INSERT ON "+quoted(table)+" FOR EACH ROW EXECUTE FUNCTION "+fn+"()", pgx.QueryExecModeSimpleProtocol)
+				"CREATE TRIGGER naive AFTER INSERT ON "+quotedTable(table)+" FOR EACH ROW EXECUTE FUNCTION "+fn+"()", pgx.QueryExecModeSimpleProtocol)
 			if err != nil {
 				return nil, err
 			}

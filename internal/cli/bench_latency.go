@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,7 +22,8 @@ import (
 )
 
 // arrivals records when a local webhook receiver first got each message,
-// keyed by the id the HTTP sink sends in Idempotency-Key.
+// keyed by the row id in the Idempotency-Key the HTTP sink sends (after the
+// "NAMESPACE:" an --id-namespace puts before it).
 type arrivals struct {
 	mu   sync.Mutex
 	at   map[int64]time.Time
@@ -30,7 +32,8 @@ type arrivals struct {
 
 func (a *arrivals) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
-	id, err := strconv.ParseInt(r.Header.Get("Idempotency-Key"), 10, 64)
+	key := r.Header.Get("Idempotency-Key")
+	id, err := strconv.ParseInt(key[strings.LastIndexByte(key, ':')+1:], 10, 64)
 	if err != nil {
 		http.Error(w, "no numeric Idempotency-Key", http.StatusUnprocessableEntity)
 		return
@@ -205,6 +208,7 @@ func produceAtRate(ctx context.Context, pool *pgxpool.Pool, table string, produc
 	return ids, ctx.Err()
 }
 
+// quotedTable is table ("name" or "schema.name") as a quoted identifier.
 func quotedTable(table string) string {
 	s, _ := store.ParseTable(table)
 	return pgx.Identifier{s.Schema, s.Name}.Sanitize()

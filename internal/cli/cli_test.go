@@ -1108,6 +1108,11 @@ func testBenchLatency(t *testing.T, bin string) {
 	require.Regexp(t, `(?m)^throughput [0-9]+ messages/s$`, r.stdout)
 	requireNoSchemasLeft(t, p.cmd.Process.Pid)
 
+	// With --id-namespace the receiver gets "orders:ID" and still counts it.
+	ns := start(t, bin, envWith(dsn), nil, "bench", "--latency", "--rate", "100", "--producers", "2", "--duration", "1s", "--id-namespace", "orders", "--dsn", dsn).wait()
+	requireOK(t, ns)
+	require.Regexp(t, `(?m)^latency p50 [0-9.]+ms p90 [0-9.]+ms p99 [0-9.]+ms max [0-9.]+ms$`, ns.stdout)
+
 	bad := start(t, bin, envWith(dsn), nil, "bench", "--latency", "--sink", "null:", "--dsn", dsn).wait()
 	require.Equal(t, 2, bad.code, "%s", bad)
 	require.Contains(t, bad.stderr, "--latency delivers through the HTTP sink")
