@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -519,28 +518,13 @@ type panicError struct{ value any }
 
 func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }
 
-// headers decodes a row's headers column. A column that is not an object of
-// strings (written by hand) is passed on as far as it can be: string values
-// as they are, others as their JSON text.
+// headers are a claimed row's headers, decoded by the store; a column that
+// is not a JSON object is dropped with a warning.
 func (d *Dispatcher) headers(r *store.Row) map[string]string {
-	if r.Headers == "" || r.Headers == "null" {
-		return nil
-	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(r.Headers), &raw); err != nil {
+	if r.BadHeaders {
 		d.log.Warn("ignoring headers that are not a JSON object", slog.Int64("outbox_id", r.ID))
-		return nil
 	}
-	out := make(map[string]string, len(raw))
-	for k, v := range raw {
-		var s string
-		if json.Unmarshal(v, &s) == nil {
-			out[k] = s
-		} else {
-			out[k] = string(v)
-		}
-	}
-	return out
+	return r.Headers
 }
 
 // pause waits d, or until ctx is done (false).

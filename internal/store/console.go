@@ -156,30 +156,12 @@ func (s *Store) Message(ctx context.Context, db DB, id int64) (*Detail, error) {
 	d.Payload = json.RawMessage(payload)
 	d.Headers = map[string]string{}
 	if headers != nil {
-		if err := json.Unmarshal([]byte(*headers), &d.Headers); err != nil {
-			d.Headers = flatHeaders(*headers)
+		// JSON null reads as nil; what is not an object stays empty.
+		if h, err := decodeHeaders(*headers); err == nil {
+			d.Headers = h
 		}
 	}
 	return &d, nil
-}
-
-// flatHeaders reads a headers object whose values are not all strings,
-// keeping each value's JSON text.
-func flatHeaders(text string) map[string]string {
-	var raw map[string]json.RawMessage
-	out := map[string]string{}
-	if json.Unmarshal([]byte(text), &raw) != nil {
-		return out
-	}
-	for k, v := range raw {
-		var s string
-		if json.Unmarshal(v, &s) == nil {
-			out[k] = s
-		} else {
-			out[k] = string(v)
-		}
-	}
-	return out
 }
 
 // CheckPath reports whether path parses as an SQL/JSON path; the error is

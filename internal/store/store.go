@@ -180,8 +180,21 @@ type Row struct {
 	CreatedAt     time.Time
 	Attempts      int
 	LeaseVersion  int64
-	// Headers is the headers column as JSON text; empty when NULL.
-	Headers string
+	// Headers is the headers column decoded (see decodeHeaders); nil when
+	// NULL, or when the column is not a JSON object (BadHeaders).
+	Headers map[string]string
+	// BadHeaders reports a headers column that is not a JSON object (written
+	// by hand): it is not passed on.
+	BadHeaders bool
+}
+
+// setHeaders decodes a claimed row's headers column (nil for SQL NULL).
+func (r *Row) setHeaders(text *string) {
+	if text == nil {
+		return
+	}
+	h, err := decodeHeaders(*text)
+	r.Headers, r.BadHeaders = h, err != nil
 }
 
 // ClaimParams are the inputs of Claim.
@@ -226,9 +239,7 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams, buf []Row) ([]R
 			return nil, time.Time{}, translate(err)
 		}
 		r.Payload = []byte(payload)
-		if headers != nil {
-			r.Headers = *headers
-		}
+		r.setHeaders(headers)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -308,9 +319,7 @@ func (s *Store) claimOrderedOnce(ctx context.Context, db DB, p ClaimParams, curs
 		}
 		r := Row{ID: *id, AggregateType: *aggregateType, AggregateID: *aggregateID, EventType: *eventType,
 			Payload: []byte(*body), CreatedAt: *createdAt, Attempts: *attempts, LeaseVersion: *version}
-		if headers != nil {
-			r.Headers = *headers
-		}
+		r.setHeaders(headers)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
