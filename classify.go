@@ -36,7 +36,7 @@ func (k outcomeKind) String() string {
 //     errors are logged at error level so a sink's missing case surfaces.
 func (d *Dispatcher) classify(j *job, err error) result {
 	m := &j.msg
-	r := result{job: j, err: err, outcome: store.Outcome{ID: m.ID, LeaseVersion: m.FencingToken}}
+	r := result{job: j, err: err, outcome: store.RowWrite{ID: m.ID, LeaseVersion: m.FencingToken}}
 	if err == nil {
 		r.kind, r.outcome.Status = kindDone, store.StatusDone
 		return r

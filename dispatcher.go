@@ -203,7 +203,7 @@ func (j *job) untilDeadline() time.Duration {
 
 type result struct {
 	job     *job
-	outcome store.Outcome
+	outcome store.RowWrite
 	kind    outcomeKind
 	err     error
 }

@@ -40,7 +40,7 @@ func (d *Dispatcher) complete(results <-chan result, inflight *atomic.Int64) {
 }
 
 func (d *Dispatcher) finalize(batch []result) {
-	outcomes := make([]store.Outcome, len(batch))
+	outcomes := make([]store.RowWrite, len(batch))
 	for i := range batch {
 		outcomes[i] = batch[i].outcome
 	}
@@ -70,7 +70,7 @@ func (d *Dispatcher) finalize(batch []result) {
 // leases may still hold (a database restart or failover takes seconds):
 // every try is fenced, so a late success is still correct, and each give-up
 // means re-deliveries. It returns, per outcome, whether it was written.
-func (d *Dispatcher) writeOutcomes(batch []result, outcomes []store.Outcome) ([]bool, error) {
+func (d *Dispatcher) writeOutcomes(batch []result, outcomes []store.RowWrite) ([]bool, error) {
 	giveUp := time.Now().Add(2 * time.Second)
 	for i := range batch {
 		if dl := time.Now().Add(batch[i].job.untilDeadline()); dl.After(giveUp) {
@@ -99,8 +99,8 @@ func (d *Dispatcher) writeOutcomes(batch []result, outcomes []store.Outcome) ([]
 // try that failed may have failed after its commit (the reply lost with
 // the connection), and the retry then finds those rows no longer
 // processing: without this they would be reported as lost leases.
-func (d *Dispatcher) confirmWritten(ctx context.Context, outcomes []store.Outcome, held []bool) error {
-	var unheld []store.Outcome
+func (d *Dispatcher) confirmWritten(ctx context.Context, outcomes []store.RowWrite, held []bool) error {
+	var unheld []store.RowWrite
 	var at []int
 	for i, h := range held {
 		if !h {
@@ -158,7 +158,7 @@ func (d *Dispatcher) settle(r *result, held bool) {
 // finalizeOnce runs one finalize statement. In failpoint builds with
 // "in-finalize" armed it runs inside an explicit transaction and hits the
 // failpoint before COMMIT, so the suite can crash a worker mid-finalize.
-func (d *Dispatcher) finalizeOnce(ctx context.Context, outcomes []store.Outcome) ([]bool, error) {
+func (d *Dispatcher) finalizeOnce(ctx context.Context, outcomes []store.RowWrite) ([]bool, error) {
 	if !failpoint.Enabled || !failpoint.Armed("in-finalize") {
 		return d.store.Finalize(ctx, d.pool, d.cfg.Owner, outcomes)
 	}

@@ -97,7 +97,7 @@ func transient(err error) bool {
 }
 
 func (d *Dispatcher) release(j *job, reason string) result {
-	return result{job: j, kind: kindReleased, outcome: store.Outcome{
+	return result{job: j, kind: kindReleased, outcome: store.RowWrite{
 		ID: j.msg.ID, LeaseVersion: j.msg.FencingToken, Status: store.StatusPending, Refund: true,
 	}, err: errors.New(reason)}
 }

@@ -36,7 +36,7 @@ func BenchmarkClaimFinalize(b *testing.B) {
 			require.NoError(b, err)
 			_, err = pool.Exec(ctx, "ANALYZE "+st.QuotedTable())
 			require.NoError(b, err)
-			outcomes := make([]store.Outcome, 0, batch)
+			outcomes := make([]store.RowWrite, 0, batch)
 			var rows []store.Row
 			b.ResetTimer()
 			start := time.Now()
@@ -47,7 +47,7 @@ func BenchmarkClaimFinalize(b *testing.B) {
 				}
 				outcomes = outcomes[:0]
 				for _, r := range rows {
-					outcomes = append(outcomes, store.Outcome{ID: r.ID, LeaseVersion: r.LeaseVersion, Status: store.StatusDone})
+					outcomes = append(outcomes, store.RowWrite{ID: r.ID, LeaseVersion: r.LeaseVersion, Status: store.StatusDone})
 				}
 				if _, err := st.Finalize(ctx, pool, "bench", outcomes); err != nil {
 					b.Fatal(err)

@@ -18,8 +18,9 @@ const (
 	StatusDead       = "dead"
 )
 
-// Outcome is one fenced write: the new state of a row this owner claimed.
-type Outcome struct {
+// RowWrite is one fenced write: the new state of a row this owner claimed
+// (what an outcome writes; the outcome itself is the root package's Outcome).
+type RowWrite struct {
 	ID           int64
 	LeaseVersion int64
 	Status       string        // pending, done or dead
@@ -30,47 +31,47 @@ type Outcome struct {
 	Error string
 }
 
-// Finalize applies outcomes, in one statement when it can. It returns,
-// aligned with outcomes, whether each one was written; false means nothing
+// Finalize applies writes, in one statement when it can. It returns,
+// aligned with writes, whether each one was written; false means nothing
 // was written for that row, which stays processing until its lease expires
 // and is claimed again: either its lease was lost (the usual case), or the
-// database refused its outcome even with a fallback error text.
+// database refused its write even with a fallback error text.
 //
-// One outcome never takes its batch-mates down: when the statement fails
+// One write never takes its batch-mates down: when the statement fails
 // with a data error (SQLSTATE class 22, data exception, or 23, integrity
 // constraint violation: a CHECK or trigger the table's owner added, say),
 // the batch is split in halves until the rows the database refuses are
 // alone, and each of those is tried once more with a fallback error text.
 // Any other error fails the whole call and nothing is written.
-func (s *Store) Finalize(ctx context.Context, db DB, owner string, outcomes []Outcome) ([]bool, error) {
-	if len(outcomes) == 0 {
+func (s *Store) Finalize(ctx context.Context, db DB, owner string, writes []RowWrite) ([]bool, error) {
+	if len(writes) == 0 {
 		return nil, nil
 	}
-	held := make([]bool, len(outcomes))
-	if err := s.finalizeSplit(ctx, db, ownerText(owner), outcomes, held); err != nil {
+	held := make([]bool, len(writes))
+	if err := s.finalizeSplit(ctx, db, ownerText(owner), writes, held); err != nil {
 		return nil, err
 	}
 	return held, nil
 }
 
-// finalizeSplit writes outcomes, filling held, and isolates the outcomes
+// finalizeSplit writes writes, filling held, and isolates the writes
 // the database refuses by bisection (see Finalize). Each statement is
 // atomic, so a refused half wrote nothing and is tried again in parts.
-func (s *Store) finalizeSplit(ctx context.Context, db DB, owner string, outcomes []Outcome, held []bool) error {
-	err := s.finalizeBatch(ctx, db, owner, outcomes, held)
+func (s *Store) finalizeSplit(ctx context.Context, db DB, owner string, writes []RowWrite, held []bool) error {
+	err := s.finalizeBatch(ctx, db, owner, writes, held)
 	if !isDataError(err) {
 		return err
 	}
-	if len(outcomes) > 1 {
-		mid := len(outcomes) / 2
-		if err := s.finalizeSplit(ctx, db, owner, outcomes[:mid], held[:mid]); err != nil {
+	if len(writes) > 1 {
+		mid := len(writes) / 2
+		if err := s.finalizeSplit(ctx, db, owner, writes[:mid], held[:mid]); err != nil {
 			return err
 		}
-		return s.finalizeSplit(ctx, db, owner, outcomes[mid:], held[mid:])
+		return s.finalizeSplit(ctx, db, owner, writes[mid:], held[mid:])
 	}
-	fallback := outcomes[0]
+	fallback := writes[0]
 	fallback.Error = fallbackError(err)
-	if err := s.finalizeBatch(ctx, db, owner, []Outcome{fallback}, held); !isDataError(err) {
+	if err := s.finalizeBatch(ctx, db, owner, []RowWrite{fallback}, held); !isDataError(err) {
 		return err
 	}
 	held[0] = false // refused whatever its text: left to its lease
@@ -93,10 +94,10 @@ func isDataError(err error) bool {
 		(pgErr.Code[:2] == "22" || pgErr.Code[:2] == "23")
 }
 
-// finalizeBatch runs finalize.sql once for outcomes and sets held for the
+// finalizeBatch runs finalize.sql once for writes and sets held for the
 // leases whose fence held. Inside a transaction it runs under a savepoint,
 // so a refused statement does not abort the caller's transaction.
-func (s *Store) finalizeBatch(ctx context.Context, db DB, owner string, outcomes []Outcome, held []bool) (err error) {
+func (s *Store) finalizeBatch(ctx context.Context, db DB, owner string, writes []RowWrite, held []bool) (err error) {
 	if tx, ok := db.(pgx.Tx); ok {
 		sp, beginErr := tx.Begin(ctx)
 		if beginErr != nil {
@@ -111,14 +112,14 @@ func (s *Store) finalizeBatch(ctx context.Context, db DB, owner string, outcomes
 		}()
 		db = sp
 	}
-	n := len(outcomes)
+	n := len(writes)
 	ids := make([]int64, n)
 	versions := make([]int64, n)
 	statuses := make([]string, n)
 	delays := make([]int64, n)
 	refunds := make([]int32, n)
 	errs := make([]string, n)
-	for i, o := range outcomes {
+	for i, o := range writes {
 		ids[i], versions[i], statuses[i] = o.ID, o.LeaseVersion, o.Status
 		delays[i] = o.Delay.Microseconds()
 		if o.Refund {
@@ -141,7 +142,7 @@ func (s *Store) finalizeBatch(ctx context.Context, db DB, owner string, outcomes
 	if err != nil {
 		return translate(err)
 	}
-	for i, o := range outcomes {
+	for i, o := range writes {
 		_, held[i] = written[Lease{ID: o.ID, Version: o.LeaseVersion}]
 	}
 	return nil

@@ -22,9 +22,9 @@ func TestFinalizeStoresAnyErrorText(t *testing.T) {
 	ids := b.enqueueN(t, 8)
 	rows := b.claim(t, store.ClaimParams{Owner: "A", Batch: 8})
 	require.Equal(t, ids, rowIDs(rows))
-	outcomes := make([]store.Outcome, len(rows))
+	outcomes := make([]store.RowWrite, len(rows))
 	for i, r := range rows {
-		outcomes[i] = store.Outcome{ID: r.ID, LeaseVersion: r.LeaseVersion, Status: store.StatusDone}
+		outcomes[i] = store.RowWrite{ID: r.ID, LeaseVersion: r.LeaseVersion, Status: store.StatusDone}
 	}
 	outcomes[3].Status, outcomes[3].Error = store.StatusDead, "422: body \x00{\"a\":1}\x00"
 	outcomes[5].Status, outcomes[5].Error = store.StatusPending, "reply \xff\xfe\xc3("
@@ -54,7 +54,7 @@ func TestFinalizeTextBoundsAfterCleaning(t *testing.T) {
 	b := setup(t)
 	id := b.enqueueN(t, 1)[0]
 	rows := b.claim(t, store.ClaimParams{Owner: "A"})
-	held := b.finalize(t, "A", store.Outcome{ID: id, LeaseVersion: rows[0].LeaseVersion,
+	held := b.finalize(t, "A", store.RowWrite{ID: id, LeaseVersion: rows[0].LeaseVersion,
 		Status: store.StatusDead, Error: strings.Repeat("\xffa", 400)})
 	require.Equal(t, []bool{true}, held)
 	got := *b.row(t, id).LastError
@@ -77,7 +77,7 @@ func TestFinalizeOwnerWithAnyBytes(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, extended[leases[0]])
 	require.Equal(t, []bool{true}, b.finalize(t, owner,
-		store.Outcome{ID: id, LeaseVersion: rows[0].LeaseVersion, Status: store.StatusDone}))
+		store.RowWrite{ID: id, LeaseVersion: rows[0].LeaseVersion, Status: store.StatusDone}))
 	require.NoError(t, b.st.Wait(t.Context(), b.pool, owner, 60e9))
 	require.NoError(t, b.st.Unwait(t.Context(), b.pool, owner))
 }
@@ -104,9 +104,9 @@ func TestFinalizeIsolatesRefusedRows(t *testing.T) {
 				msg{"f", "E"}, msg{"g", "E"}, msg{"h", "E"}, msg{"i", "E"})
 			rows := b.claim(t, store.ClaimParams{Owner: "A", Batch: len(ids)})
 			require.Equal(t, ids, rowIDs(rows))
-			outcomes := make([]store.Outcome, len(rows))
+			outcomes := make([]store.RowWrite, len(rows))
 			for i, r := range rows {
-				outcomes[i] = store.Outcome{ID: r.ID, LeaseVersion: r.LeaseVersion, Status: store.StatusDone}
+				outcomes[i] = store.RowWrite{ID: r.ID, LeaseVersion: r.LeaseVersion, Status: store.StatusDone}
 			}
 			outcomes[1].Status, outcomes[1].Error = store.StatusDead, "forbidden word"
 			outcomes[4].Status, outcomes[4].Error = store.StatusDead, "rejected"
@@ -132,7 +132,7 @@ func TestFinalizeIsolatesRefusedRows(t *testing.T) {
 	}
 }
 
-func finalizeMaybeInTx(t *testing.T, b *testBundle, inTx bool, outcomes []store.Outcome) []bool {
+func finalizeMaybeInTx(t *testing.T, b *testBundle, inTx bool, outcomes []store.RowWrite) []bool {
 	t.Helper()
 	if !inTx {
 		return b.finalize(t, "A", outcomes...)

@@ -6,17 +6,17 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// FinalizeWritten reports, aligned with outcomes, which ones are already
+// FinalizeWritten reports, aligned with writes, which ones are already
 // written (see finalize_written.sql). A finalize retried after an error
-// that may have followed its commit asks this about the outcomes its retry
+// that may have followed its commit asks this about the writes its retry
 // found unheld, so a write that landed is not taken for a lost lease.
-func (s *Store) FinalizeWritten(ctx context.Context, db DB, outcomes []Outcome) ([]bool, error) {
-	n := len(outcomes)
+func (s *Store) FinalizeWritten(ctx context.Context, db DB, writes []RowWrite) ([]bool, error) {
+	n := len(writes)
 	ids := make([]int64, n)
 	versions := make([]int64, n)
 	statuses := make([]string, n)
 	errs := make([]string, n)
-	for i, o := range outcomes {
+	for i, o := range writes {
 		ids[i], versions[i], statuses[i] = o.ID, o.LeaseVersion, o.Status
 		errs[i] = storable(o.Error, maxErrorText)
 	}
@@ -33,7 +33,7 @@ func (s *Store) FinalizeWritten(ctx context.Context, db DB, outcomes []Outcome) 
 		return nil, translate(err)
 	}
 	out := make([]bool, n)
-	for i, o := range outcomes {
+	for i, o := range writes {
 		_, out[i] = written[Lease{ID: o.ID, Version: o.LeaseVersion}]
 	}
 	return out, nil

@@ -29,8 +29,8 @@ func TestFinalizeAndHeartbeatReportPerLease(t *testing.T) {
 	require.Equal(t, map[store.Lease]bool{current: true}, extended)
 
 	held := b.finalize(t, "w",
-		store.Outcome{ID: ids[0], LeaseVersion: 1, Status: store.StatusPending, Refund: true},
-		store.Outcome{ID: ids[0], LeaseVersion: 2, Status: store.StatusDone},
+		store.RowWrite{ID: ids[0], LeaseVersion: 1, Status: store.StatusPending, Refund: true},
+		store.RowWrite{ID: ids[0], LeaseVersion: 2, Status: store.StatusDone},
 	)
 	require.Equal(t, []bool{false, true}, held)
 }

@@ -176,7 +176,7 @@ func TestStateMachine(t *testing.T) {
 					owner = rapid.SampledFrom([]string{"w1", "w2"}).Draw(rt, "owner")
 				}
 				kind := rapid.SampledFrom([]string{"done", "retry-now", "retry-later", "defer", "dead", "release"}).Draw(rt, "outcome")
-				o := store.Outcome{ID: r.id, LeaseVersion: version, Error: "e"}
+				o := store.RowWrite{ID: r.id, LeaseVersion: version, Error: "e"}
 				future, refund := false, false
 				switch kind {
 				case "done":
@@ -192,7 +192,7 @@ func TestStateMachine(t *testing.T) {
 				case "release":
 					o.Status, o.Refund, refund = store.StatusPending, true, true
 				}
-				held, err := b.st.Finalize(ctx, b.pool, owner, []store.Outcome{o})
+				held, err := b.st.Finalize(ctx, b.pool, owner, []store.RowWrite{o})
 				if err != nil {
 					rt.Fatal(err)
 				}

@@ -87,10 +87,10 @@ func TestClaimOrderedSweepsAllAggregates(t *testing.T) {
 		got, _, cursor, err = b2.st.ClaimOrdered(ctx, b2.pool, store.ClaimParams{Owner: "w", Batch: 10, Lease: time.Minute, MaxAttempts: 12, Cursor: cursor}, nil)
 		require.NoError(t, err)
 		require.Len(t, got, 10)
-		var outcomes []store.Outcome
+		var outcomes []store.RowWrite
 		for _, r := range got {
 			served[r.AggregateID]++
-			outcomes = append(outcomes, store.Outcome{ID: r.ID, LeaseVersion: r.LeaseVersion, Status: store.StatusDone})
+			outcomes = append(outcomes, store.RowWrite{ID: r.ID, LeaseVersion: r.LeaseVersion, Status: store.StatusDone})
 		}
 		_, err = b2.st.Finalize(ctx, b2.pool, "w", outcomes)
 		require.NoError(t, err)
@@ -145,7 +145,7 @@ func TestClaimOrderedEmptyAggregateIDDoesNotStarveOthers(t *testing.T) {
 		require.Len(t, got, 1)
 		cursor = next
 		served = append(served, got[0].AggregateID)
-		b.finalize(t, "w", store.Outcome{ID: got[0].ID, LeaseVersion: got[0].LeaseVersion, Status: store.StatusDone})
+		b.finalize(t, "w", store.RowWrite{ID: got[0].ID, LeaseVersion: got[0].LeaseVersion, Status: store.StatusDone})
 	}
 	require.Equal(t, []string{"", "b", "", ""}, served, "the aggregate '' was served again before the others")
 }

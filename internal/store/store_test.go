@@ -86,7 +86,7 @@ func (b *testBundle) claim(t *testing.T, p store.ClaimParams) []store.Row {
 	return rows
 }
 
-func (b *testBundle) finalize(t *testing.T, owner string, outcomes ...store.Outcome) []bool {
+func (b *testBundle) finalize(t *testing.T, owner string, outcomes ...store.RowWrite) []bool {
 	t.Helper()
 	held, err := b.st.Finalize(t.Context(), b.pool, owner, outcomes)
 	require.NoError(t, err)
@@ -244,13 +244,13 @@ func TestClaimCrashedWorkerLeaseExpiresAndStaleFinalizeIsFenced(t *testing.T) {
 	require.Equal(t, 2, bRow.Attempts)
 
 	before := b.rowJSON(t, a.ID)
-	require.Equal(t, []bool{false}, b.finalize(t, "A", store.Outcome{ID: a.ID, LeaseVersion: a.LeaseVersion, Status: store.StatusDone}))
+	require.Equal(t, []bool{false}, b.finalize(t, "A", store.RowWrite{ID: a.ID, LeaseVersion: a.LeaseVersion, Status: store.StatusDone}))
 	require.Equal(t, before, b.rowJSON(t, a.ID), "A's stale finalize wrote nothing")
 	r := b.row(t, a.ID)
 	require.Equal(t, store.StatusProcessing, r.Status)
 	require.Equal(t, "B", *r.LeaseOwner)
 
-	require.Equal(t, []bool{true}, b.finalize(t, "B", store.Outcome{ID: bRow.ID, LeaseVersion: bRow.LeaseVersion, Status: store.StatusDone}))
+	require.Equal(t, []bool{true}, b.finalize(t, "B", store.RowWrite{ID: bRow.ID, LeaseVersion: bRow.LeaseVersion, Status: store.StatusDone}))
 	require.Equal(t, store.StatusDone, b.row(t, a.ID).Status)
 }
 
@@ -266,7 +266,7 @@ func TestFinalizeExpiredLeaseNobodyTookSucceeds(t *testing.T) {
 	require.Len(t, rows, 1)
 	b.waitExpired(t, rows[0].ID)
 
-	require.Equal(t, []bool{true}, b.finalize(t, "A", store.Outcome{ID: rows[0].ID, LeaseVersion: rows[0].LeaseVersion, Status: store.StatusDone}))
+	require.Equal(t, []bool{true}, b.finalize(t, "A", store.RowWrite{ID: rows[0].ID, LeaseVersion: rows[0].LeaseVersion, Status: store.StatusDone}))
 	r := b.row(t, rows[0].ID)
 	require.Equal(t, store.StatusDone, r.Status)
 	require.Equal(t, int64(1), r.LeaseVersion)
@@ -304,7 +304,7 @@ func TestClaimReapsRowThatNeverFinalizesAfterMaxAttempts(t *testing.T) {
 	// The last owner, had it been only slow, learns that its lease is lost:
 	// the row stays dead for an operator to look at.
 	before := b.rowJSON(t, id)
-	require.Equal(t, []bool{false}, b.finalize(t, "crasher-3", store.Outcome{ID: id, LeaseVersion: last.LeaseVersion, Status: store.StatusDone}))
+	require.Equal(t, []bool{false}, b.finalize(t, "crasher-3", store.RowWrite{ID: id, LeaseVersion: last.LeaseVersion, Status: store.StatusDone}))
 	require.Equal(t, before, b.rowJSON(t, id))
 
 	// Not even a dispatcher with a larger budget takes a dead row.
@@ -328,11 +328,11 @@ func TestClaimOrdered(t *testing.T) {
 		return &bundle{testBundle: b, x1: ids[0], y1: ids[1], x2: ids[2], y2: ids[3], x3: ids[4]}
 	}
 	ordered := store.ClaimParams{Owner: "w", Ordered: true}
-	done := func(r store.Row) store.Outcome {
-		return store.Outcome{ID: r.ID, LeaseVersion: r.LeaseVersion, Status: store.StatusDone}
+	done := func(r store.Row) store.RowWrite {
+		return store.RowWrite{ID: r.ID, LeaseVersion: r.LeaseVersion, Status: store.StatusDone}
 	}
-	dead := func(r store.Row) store.Outcome {
-		return store.Outcome{ID: r.ID, LeaseVersion: r.LeaseVersion, Status: store.StatusDead, Error: "400 bad request"}
+	dead := func(r store.Row) store.RowWrite {
+		return store.RowWrite{ID: r.ID, LeaseVersion: r.LeaseVersion, Status: store.StatusDead, Error: "400 bad request"}
 	}
 
 	t.Run("HeadsOnlyThenNext", func(t *testing.T) {
@@ -422,13 +422,13 @@ func TestClaimOrdered(t *testing.T) {
 // outcomeKinds are every fenced write the dispatcher makes.
 var outcomeKinds = []struct {
 	name    string
-	outcome store.Outcome
+	outcome store.RowWrite
 }{
-	{"Done", store.Outcome{Status: store.StatusDone}},
-	{"Retry", store.Outcome{Status: store.StatusPending, Delay: 5 * time.Second, Error: "timeout"}},
-	{"Defer", store.Outcome{Status: store.StatusPending, Delay: time.Minute, Refund: true, Error: "deferred: account missing"}},
-	{"Dead", store.Outcome{Status: store.StatusDead, Error: "400 bad request"}},
-	{"Release", store.Outcome{Status: store.StatusPending, Refund: true}},
+	{"Done", store.RowWrite{Status: store.StatusDone}},
+	{"Retry", store.RowWrite{Status: store.StatusPending, Delay: 5 * time.Second, Error: "timeout"}},
+	{"Defer", store.RowWrite{Status: store.StatusPending, Delay: time.Minute, Refund: true, Error: "deferred: account missing"}},
+	{"Dead", store.RowWrite{Status: store.StatusDead, Error: "400 bad request"}},
+	{"Release", store.RowWrite{Status: store.StatusPending, Refund: true}},
 }
 
 // TestFinalizeRejectsStaleFence: every kind of fenced write is refused, and
@@ -441,7 +441,7 @@ func TestFinalizeRejectsStaleFence(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			id := b.enqueueN(t, 1)[0]
-			with := func(version int64) store.Outcome {
+			with := func(version int64) store.RowWrite {
 				o := kind.outcome
 				o.ID, o.LeaseVersion = id, version
 				return o
@@ -492,7 +492,7 @@ func TestFinalizeMixedBatch(t *testing.T) {
 	// A rune of 3 bytes straddles byte 500, so a byte cut there would split it.
 	long := "x" + strings.Repeat("日", 300)
 	v := rows[0].LeaseVersion
-	outcomes := []store.Outcome{
+	outcomes := []store.RowWrite{
 		{ID: ids[3], LeaseVersion: v, Status: store.StatusDead, Error: long},
 		{ID: ids[5], LeaseVersion: v, Status: store.StatusDone},
 		{ID: ids[0], LeaseVersion: v, Status: store.StatusDone, Error: "ignored for done"},
@@ -582,7 +582,7 @@ func TestFinalizeTruncatesErrors(t *testing.T) {
 		id := b.enqueueN(t, 1)[0]
 		rows := b.claim(t, store.ClaimParams{Owner: "A"})
 		require.Equal(t, []int64{id}, rowIDs(rows), tc.name)
-		require.Equal(t, []bool{true}, b.finalize(t, "A", store.Outcome{ID: id, LeaseVersion: rows[0].LeaseVersion, Status: store.StatusDead, Error: tc.in}))
+		require.Equal(t, []bool{true}, b.finalize(t, "A", store.RowWrite{ID: id, LeaseVersion: rows[0].LeaseVersion, Status: store.StatusDead, Error: tc.in}))
 		got := *b.row(t, id).LastError
 		if !tc.cut {
 			require.Equal(t, tc.in, got, tc.name)
@@ -1037,7 +1037,7 @@ func hostileEndToEnd(t *testing.T, pool *pgxpool.Pool, schema, name, table strin
 	claimed, _, err := st.Claim(ctx, pool, store.ClaimParams{Owner: "w", Batch: 10, Lease: time.Minute, MaxAttempts: 3, Ordered: true, ClearWait: true}, nil)
 	require.NoError(t, err)
 	require.Equal(t, []int64{ids[0], ids[2]}, rowIDs(claimed))
-	held, err := st.Finalize(ctx, pool, "w", []store.Outcome{
+	held, err := st.Finalize(ctx, pool, "w", []store.RowWrite{
 		{ID: ids[0], LeaseVersion: 1, Status: store.StatusDone},
 		{ID: ids[2], LeaseVersion: 1, Status: store.StatusDead, Error: `it's "broken"; DROP TABLE y; --`},
 	})
@@ -1047,7 +1047,7 @@ func hostileEndToEnd(t *testing.T, pool *pgxpool.Pool, schema, name, table strin
 	claimed, _, err = st.Claim(ctx, pool, store.ClaimParams{Owner: "w", Batch: 10, Lease: time.Minute, MaxAttempts: 3}, nil)
 	require.NoError(t, err)
 	require.Equal(t, []int64{ids[1]}, rowIDs(claimed))
-	held, err = st.Finalize(ctx, pool, "w", []store.Outcome{{ID: ids[1], LeaseVersion: 1, Status: store.StatusDone}})
+	held, err = st.Finalize(ctx, pool, "w", []store.RowWrite{{ID: ids[1], LeaseVersion: 1, Status: store.StatusDone}})
 	require.NoError(t, err)
 	require.Equal(t, []bool{true}, held)
 
