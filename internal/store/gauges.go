@@ -5,18 +5,23 @@ import (
 	"time"
 )
 
-// Gauges are the table's health figures that are cheap to read often: what
-// metrics poll. See gauges.sql for how each one is obtained.
+// Gauges are an outbox table's health figures that are cheap enough to read
+// every few seconds however large the table grows: what the metrics package
+// polls. The root package exports this type as outbox.Gauges. See
+// gauges.sql for how each one is obtained.
 type Gauges struct {
-	// Pending, Processing and Dead are exact row counts.
+	// Pending, Processing and Dead are exact row counts, read through the
+	// partial indexes that hold only rows not yet done.
 	Pending, Processing, Dead int64
-	// Done is an estimate from the planner's statistics, never below 0; 0
+	// Done is an estimate: the planner's row count of the table (as of its
+	// last ANALYZE or VACUUM) less the exact counts, never below 0. It is 0
 	// while the table has never been analysed.
 	Done int64
-	// OldestPendingAge is the age of the oldest pending or processing row on
-	// the database's clock; 0 when there is none.
+	// OldestPendingAge is the age of the oldest pending or processing
+	// message, on the database's clock; 0 when there is none.
 	OldestPendingAge time.Duration
-	// ExpiredLeases counts processing rows whose lease has run out.
+	// ExpiredLeases counts processing rows whose lease has run out (crashed
+	// or stalled workers).
 	ExpiredLeases int64
 }
 
