@@ -53,6 +53,17 @@ func (a *Admin) Migrate(ctx context.Context) error {
 	return err
 }
 
+// DropWakeTrigger removes the table's wake-up trigger: inserts no longer
+// notify, and dispatchers find new rows only by polling (as with
+// [Config.DisableNotify]). [Admin.Migrate] creates it again. It exists to
+// measure what the wake-up costs producers (`outboxd bench --producers`).
+func (a *Admin) DropWakeTrigger(ctx context.Context) error {
+	if err := a.store.DropWakeTrigger(ctx, a.db); err != nil {
+		return fmt.Errorf("outbox: drop wake trigger: %w", err)
+	}
+	return nil
+}
+
 // MigrateLockTimeoutDefault is the default of [MigrateOptions.LockTimeout].
 const MigrateLockTimeoutDefault = store.MigrateLockTimeoutDefault
 

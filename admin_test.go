@@ -219,3 +219,22 @@ func TestAdminPurge(t *testing.T) {
 	require.ErrorIs(t, err, outbox.ErrTableOutdated)
 	require.ErrorContains(t, err, "outbox_done")
 }
+
+// TestDropWakeTrigger: inserts stop notifying once the trigger is dropped,
+// and Migrate creates it again.
+func TestDropWakeTrigger(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	triggers := func() int {
+		var n int
+		require.NoError(t, b.pool.QueryRow(t.Context(),
+			"SELECT count(*) FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal", b.quoted).Scan(&n))
+		return n
+	}
+	require.Equal(t, 1, triggers())
+	require.NoError(t, b.admin.DropWakeTrigger(t.Context()))
+	require.Equal(t, 0, triggers())
+	require.NoError(t, b.admin.DropWakeTrigger(t.Context()), "dropping it twice is no error")
+	require.NoError(t, b.admin.Migrate(t.Context()))
+	require.Equal(t, 1, triggers())
+}

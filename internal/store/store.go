@@ -41,8 +41,7 @@ type Store struct {
 	status, deadList, deadRetry, deadSkip, purge, undelivered string
 	purgeIndex                                                string
 	types, heartbeat                                          string
-	gauges, access                                            string
-	seed                                                      SeedStatements
+	gauges, access, dropWake                                  string
 	console                                                   consoleSQL
 }
 
@@ -90,12 +89,8 @@ func newStore(t Table) *Store {
 		heartbeat:       load("sql/heartbeat.sql"),
 		gauges:          load("sql/gauges.sql"),
 		access:          load("sql/access.sql"),
+		dropWake:        load("sql/drop_wake_trigger.sql"),
 		console:         loadConsole(load),
-		seed: SeedStatements{
-			Reap:  load("sql/seed_reap.sql"),
-			Claim: load("sql/seed_claim.sql"),
-			Done:  load("sql/seed_done.sql"),
-		},
 	}
 }
 
@@ -168,6 +163,13 @@ func (s *Store) Resolve(ctx context.Context, db DB) (schema, name string, err er
 		return "", "", ErrTableOutdated
 	}
 	return schema, name, nil
+}
+
+// DropWakeTrigger removes the table's wake-up trigger (see
+// drop_wake_trigger.sql); Migrate creates it again.
+func (s *Store) DropWakeTrigger(ctx context.Context, db DB) error {
+	_, err := db.Exec(ctx, s.dropWake)
+	return translate(err)
 }
 
 // Row is a claimed row.

@@ -1,5 +1,5 @@
--- SeedClaim: the design article's original claim, kept only so `outboxd
--- bench --variant seed` can measure the per-row design against ours. Note
+-- Reference claim: the design article's original claim, which `outboxd
+-- bench --variant seed` measures the batched design against. Note
 -- the single OR predicate ordered by id: it is planned as a primary-key walk
 -- that reads every finished row before the first pending one.
 -- $1 owner, $2 batch, $3 lease (µs), $4 max attempts.

@@ -1,10 +1,9 @@
-package cli
+package bench
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -15,15 +14,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outbox"
-	"github.com/outboxd/outbox/internal/store"
 )
 
 // arrivals records when a local webhook receiver first got each message,
 // keyed by the row id in the Idempotency-Key the HTTP sink sends (after the
-// "NAMESPACE:" an --id-namespace puts before it).
+// "NAMESPACE:" an IDNamespace puts before it).
 type arrivals struct {
 	mu   sync.Mutex
 	at   map[int64]time.Time
@@ -53,14 +50,15 @@ func (a *arrivals) count() int {
 	return len(a.at)
 }
 
-// benchLatency measures end-to-end delivery latency at a steady insert rate:
-// o.producers producers commit single-row transactions at o.rate in total
-// for o.duration, while a dispatcher with the run flags' settings delivers
-// them through the HTTP sink to a receiver in this process. Latency runs
-// from a row's created_at (its transaction's start, on the database's clock,
-// which is this machine's) to the receiver getting the request.
-func benchLatency(ctx context.Context, e *env, pool *pgxpool.Pool, o *benchOpts, logger *slog.Logger) error {
-	table, drop, err := benchSchema(ctx, e, pool, &benchOpts{keep: o.keep}, 0)
+// latency measures end-to-end delivery latency at a steady insert rate:
+// Producers producers commit single-row transactions at Rate in total for
+// Duration, while a dispatcher delivers them through the HTTP sink to a
+// receiver in this process. Latency runs from a row's created_at (its
+// transaction's start, on the database's clock, which is this machine's) to
+// the receiver getting the request.
+func (b *Benchmarker) latency(ctx context.Context) error {
+	c := b.cfg
+	t, drop, err := b.table(ctx, 0, 0)
 	defer drop()
 	if err != nil {
 		return err
@@ -69,26 +67,26 @@ func benchLatency(ctx context.Context, e *env, pool *pgxpool.Pool, o *benchOpts,
 	if err != nil {
 		return err
 	}
-	rec := &arrivals{at: make(map[int64]time.Time, int(float64(o.rate)*o.duration.Seconds())+16)}
+	rec := &arrivals{at: make(map[int64]time.Time, int(float64(c.Rate)*c.Duration.Seconds())+16)}
 	srv := &http.Server{Handler: rec, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
-	sink, err := openSink("http://"+ln.Addr().String()+"/", &sinkEnv{stdout: e.stdout, logger: logger})
+	sink, err := c.HTTPSink("http://" + ln.Addr().String() + "/")
 	if err != nil {
 		return err
 	}
 	defer sink.Close()
 
-	cfg, err := o.rf.config(table, logger)
+	cfg, err := c.Dispatcher(t.name)
 	if err != nil {
 		return err
 	}
-	d, err := outbox.NewDispatcher(pool, sink, cfg)
+	d, err := outbox.NewDispatcher(b.pool, sink, cfg)
 	if err != nil {
-		return cleanErr(err)
+		return err
 	}
 	if err := d.Start(ctx); err != nil {
-		return cleanErr(err)
+		return err
 	}
 	defer func() { _ = d.Stop() }()
 	// Let the dispatcher settle into its idle state (listening, registered)
@@ -96,11 +94,11 @@ func benchLatency(ctx context.Context, e *env, pool *pgxpool.Pool, o *benchOpts,
 	if !pause(ctx, 200*time.Millisecond) {
 		return errors.New("interrupted")
 	}
-	fmt.Fprintf(e.stdout, "latency: %d messages/s from %d producers for %s, HTTP sink to %s\n",
-		o.rate, o.producers, o.duration, ln.Addr())
+	fmt.Fprintf(c.Stdout, "latency: %d messages/s from %d producers for %s, HTTP sink to %s\n",
+		c.Rate, c.Producers, c.Duration, ln.Addr())
 
 	start := time.Now()
-	ids, err := produceAtRate(ctx, pool, table, o.producers, o.rate, o.duration)
+	ids, err := b.produceAtRate(ctx, t.name)
 	if err != nil {
 		return err
 	}
@@ -112,35 +110,35 @@ func benchLatency(ctx context.Context, e *env, pool *pgxpool.Pool, o *benchOpts,
 		}
 	}
 	if err := d.Stop(); err != nil {
-		return cleanErr(err)
+		return err
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if len(rec.at) < len(ids) {
 		return fmt.Errorf("only %d of %d messages arrived within 30s of the last insert", len(rec.at), len(ids))
 	}
-	lags, err := latencies(ctx, pool, table, rec.at)
+	lags, err := b.latencies(ctx, t, rec.at)
 	if err != nil {
 		return err
 	}
 	slices.Sort(lags)
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond)) }
-	fmt.Fprintf(e.stdout, "latency p50 %s p90 %s p99 %s max %s\n",
+	fmt.Fprintf(c.Stdout, "latency p50 %s p90 %s p99 %s max %s\n",
 		ms(percentile(lags, 0.50)), ms(percentile(lags, 0.90)), ms(percentile(lags, 0.99)), ms(percentile(lags, 1)))
-	fmt.Fprintf(e.stdout, "throughput %.0f messages/s\n", float64(len(lags))/rec.last.Sub(start).Seconds())
+	fmt.Fprintf(c.Stdout, "throughput %.0f messages/s\n", float64(len(lags))/rec.last.Sub(start).Seconds())
 	st := d.Stats()
-	fmt.Fprintf(e.stderr, "  claims %d (%.2f rows each), finalizes %d, wake-ups %d\n",
+	fmt.Fprintf(c.Stderr, "  claims %d (%.2f rows each), finalizes %d, wake-ups %d\n",
 		st.Claims, float64(st.Claimed)/float64(max(st.Claims, 1)), st.Finalizes, st.Wakeups)
 	return nil
 }
 
 // latencies pairs each arrival with its row's created_at.
-func latencies(ctx context.Context, pool *pgxpool.Pool, table string, at map[int64]time.Time) ([]time.Duration, error) {
+func (b *Benchmarker) latencies(ctx context.Context, t *benchTable, at map[int64]time.Time) ([]time.Duration, error) {
 	ids := make([]int64, 0, len(at))
 	for id := range at {
 		ids = append(ids, id)
 	}
-	rows, err := pool.Query(ctx, "SELECT id, created_at FROM "+quotedTable(table)+" WHERE id = ANY($1)", ids)
+	rows, err := b.pool.Query(ctx, t.sql("created_at.sql"), ids)
 	if err != nil {
 		return nil, err
 	}
@@ -154,10 +152,11 @@ func latencies(ctx context.Context, pool *pgxpool.Pool, table string, at map[int
 	return lags, err
 }
 
-// produceAtRate commits single-row transactions at rate per second in total
-// across producers, each on its own schedule (open loop: a producer that
-// falls behind catches up without waiting), for d. It returns the ids.
-func produceAtRate(ctx context.Context, pool *pgxpool.Pool, table string, producers, rate int, d time.Duration) ([]int64, error) {
+// produceAtRate commits single-row transactions at Rate per second in
+// total across Producers producers, each on its own schedule (open loop: a
+// producer that falls behind catches up without waiting), for Duration. It
+// returns the ids.
+func (b *Benchmarker) produceAtRate(ctx context.Context, table string) ([]int64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -167,10 +166,11 @@ func produceAtRate(ctx context.Context, pool *pgxpool.Pool, table string, produc
 		failed   atomic.Bool
 		wg       sync.WaitGroup
 	)
+	producers := b.cfg.Producers
 	p := outbox.Producer{Table: table}
-	interval := time.Duration(float64(time.Second) * float64(producers) / float64(rate))
+	interval := time.Duration(float64(time.Second) * float64(producers) / float64(b.cfg.Rate))
 	start := time.Now()
-	end := start.Add(d)
+	end := start.Add(b.cfg.Duration)
 	for i := range producers {
 		wg.Add(1)
 		go func() {
@@ -185,9 +185,9 @@ func produceAtRate(ctx context.Context, pool *pgxpool.Pool, table string, produc
 				}
 				next = next.Add(interval)
 				var got []int64
-				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 					var err error
-					got, err = p.Enqueue(ctx, tx, outbox.NewMessage{AggregateType: "order", AggregateID: "1", EventType: "OrderCreated", Payload: []byte(`{"n":1}`)})
+					got, err = p.Enqueue(ctx, tx, benchMessage)
 					return err
 				})
 				if err != nil {
@@ -206,22 +206,4 @@ func produceAtRate(ctx context.Context, pool *pgxpool.Pool, table string, produc
 		return nil, firstErr
 	}
 	return ids, ctx.Err()
-}
-
-// quotedTable is table ("name" or "schema.name") as a quoted identifier.
-func quotedTable(table string) string {
-	s, _ := store.ParseTable(table)
-	return pgx.Identifier{s.Schema, s.Name}.Sanitize()
-}
-
-// pause waits d, or until ctx is done (false).
-func pause(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
