@@ -193,12 +193,12 @@ func (a *Admin) DeadRetry(ctx context.Context, ids ...int64) ([]int64, error) {
 func (a *Admin) DeadRetryAll(ctx context.Context) ([]int64, error) { return a.deadRetry(ctx, nil) }
 
 func (a *Admin) deadRetry(ctx context.Context, ids []int64) ([]int64, error) {
-	schema, name, err := a.store.Resolve(ctx, a.db)
+	table, err := a.store.Resolve(ctx, a.db)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: dead retry: %w", err)
 	}
 	return a.auditedMove(ctx, AuditDeadRetry, ids, func() ([]int64, error) {
-		return a.store.DeadRetry(ctx, a.db, ids, schema+"."+name)
+		return a.store.DeadRetry(ctx, a.db, ids, table.Channel())
 	})
 }
 

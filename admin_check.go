@@ -74,6 +74,11 @@ type Access struct {
 	// ListenErr is the error of a trial LISTEN (rolled back), nil when it
 	// worked or was not tried (NoNotify, or no table).
 	ListenErr error
+	// WaitersTable is the waiters table beside the table, named as the
+	// table was given (NAME_waiters, or SCHEMA.NAME_waiters).
+	WaitersTable string
+	// waiters is the waiters table's bare name, for Err.
+	waiters string
 }
 
 // CheckAccess reads, from the catalogs, whether the table exists with every
@@ -99,20 +104,20 @@ func (a *Admin) CheckAccess(ctx context.Context, opts *AccessOpts) (*Access, err
 		}
 	}
 	for _, r := range sa.MissingRelations {
-		if !strings.HasSuffix(r, "_waiters") { // reported above
+		if r != sa.Waiters.Name { // reported above
 			out.Missing = append(out.Missing, r)
 		}
 	}
 	if (opts != nil && opts.NoNotify) || !sa.SchemaUsage {
 		return out, nil
 	}
-	schema, name, err := a.store.Resolve(ctx, a.db)
+	table, err := a.store.Resolve(ctx, a.db)
 	if err != nil && !errors.Is(err, store.ErrTableOutdated) {
 		out.ListenErr = err
 		return out, nil
 	}
 	if err == nil {
-		out.ListenErr = a.store.CheckListen(ctx, a.db, schema+"."+name)
+		out.ListenErr = a.store.CheckListen(ctx, a.db, table)
 	}
 	return out, nil
 }
@@ -120,7 +125,8 @@ func (a *Admin) CheckAccess(ctx context.Context, opts *AccessOpts) (*Access, err
 // accessOf is the public form of what the store read.
 func accessOf(sa *store.Access, name string) *Access {
 	out := &Access{Role: sa.Role, ServerVersion: sa.ServerVersion, TableExists: sa.TableExists,
-		SchemaUsage: sa.SchemaUsage, MissingTable: sa.MissingTable, MissingWaiters: sa.MissingWaiters}
+		SchemaUsage: sa.SchemaUsage, MissingTable: sa.MissingTable, MissingWaiters: sa.MissingWaiters,
+		WaitersTable: sa.Waiters.String(), waiters: sa.Waiters.Name}
 	if sa.TableExists {
 		out.Schema, out.Name = sa.Schema, name
 	}
@@ -141,12 +147,12 @@ func (a *Access) Err() error {
 			Object: pgx.Identifier{a.Schema}.Sanitize()})
 	}
 	for _, m := range []struct {
-		privs  []string
-		suffix string
-	}{{a.MissingTable, ""}, {a.MissingWaiters, "_waiters"}} {
+		privs []string
+		name  string
+	}{{a.MissingTable, a.Name}, {a.MissingWaiters, a.waiters}} {
 		if len(m.privs) > 0 {
 			e.Missing = append(e.Missing, MissingPrivileges{Privileges: m.privs, ObjectType: "table",
-				Object: pgx.Identifier{a.Schema, a.Name + m.suffix}.Sanitize()})
+				Object: pgx.Identifier{a.Schema, m.name}.Sanitize()})
 		}
 	}
 	return e

@@ -129,7 +129,7 @@ func (a *Admin) bulk(ctx context.Context, action store.Action, status string, f 
 		return 0, &FilterError{Term: "status=" + f.sortedStatusText(),
 			Err: fmt.Errorf("%s acts on %s messages only", label(string(action)), status)}
 	}
-	schema, name, err := a.store.Resolve(ctx, a.db)
+	table, err := a.store.Resolve(ctx, a.db)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: %s: %w", label(string(action)), err)
 	}
@@ -149,7 +149,7 @@ func (a *Admin) bulk(ctx context.Context, action store.Action, status string, f 
 		return 0, err
 	}
 	p := store.BatchParams{Filter: store.Filter(f), Size: batchSize(r.batch, r.rate), AuditID: auditID,
-		Channel: schema + "." + name, Name: r.name}
+		Channel: table.Channel(), Name: r.name}
 	total, runErr := a.batches(ctx, action, p, r)
 	entry.Count = total
 	if err := a.auditEnd(ctx, auditID, entry, nil, runErr); err != nil && runErr == nil {

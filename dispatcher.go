@@ -125,7 +125,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 			return errors.New("outbox: dispatcher already started")
 		}
 	}
-	if _, _, err := d.resolve(ctx); err != nil {
+	if _, err := d.resolve(ctx); err != nil {
 		return err
 	}
 	runCtx, cancel := context.WithCancel(ctx)
@@ -211,33 +211,33 @@ type result struct {
 // resolve checks, before anything is claimed, that the connected role holds
 // every privilege the dispatcher needs (a [*PrivilegeError] otherwise: a
 // role without them would fail every claim, forever), then finds the table.
-func (d *Dispatcher) resolve(ctx context.Context) (schema, name string, err error) {
+func (d *Dispatcher) resolve(ctx context.Context) (store.Table, error) {
 	tablePrivs, waiterPrivs := (&AccessOpts{NoNotify: d.cfg.DisableNotify}).Privileges()
 	sa, err := d.store.Access(ctx, d.pool, tablePrivs, waiterPrivs)
 	if err != nil {
-		return "", "", fmt.Errorf("outbox: reading the catalogs: %w", err)
+		return store.Table{}, fmt.Errorf("outbox: reading the catalogs: %w", err)
 	}
 	if err := accessOf(sa, d.store.Table.Name).Err(); err != nil {
-		return "", "", err
+		return store.Table{}, err
 	}
-	schema, name, err = d.store.Resolve(ctx, d.pool)
+	t, err := d.store.Resolve(ctx, d.pool)
 	if err != nil {
-		return "", "", fmt.Errorf("outbox: %w", err)
+		return store.Table{}, fmt.Errorf("outbox: %w", err)
 	}
-	return schema, name, nil
+	return t, nil
 }
 
 func (d *Dispatcher) run(ctx context.Context, drain bool) error {
-	schema, name, err := d.resolve(ctx)
+	table, err := d.resolve(ctx)
 	if err != nil {
 		return err
 	}
 	if d.store.Table.Schema == "" {
 		// From here on every statement names the table's schema, so none
 		// depends on what a pooled session's search_path finds first.
-		d.store = d.store.Qualified(schema)
+		d.store = d.store.Qualified(table.Schema)
 	}
-	channel := schema + "." + name
+	channel := table.Channel()
 	limit := 2*d.cfg.BatchSize + d.cfg.Workers
 	jobs := make(chan *job, limit)
 	results := make(chan result, limit)

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxd/outbox/internal/store"
 )
 
 // listen keeps a dedicated connection LISTENing on the table's channel and
@@ -38,7 +40,7 @@ func (d *Dispatcher) listenOnce(ctx context.Context, channel string, connected f
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, store.Listen(channel)); err != nil {
 		return err
 	}
 	connected()
@@ -72,7 +74,7 @@ func (d *Dispatcher) probe(ctx context.Context, conn *pgx.Conn, channel string) 
 	if d.probeTo != "" {
 		to = d.probeTo
 	}
-	if _, err := d.pool.Exec(ctx, "SELECT pg_notify($1, $2)", to, payload); err != nil {
+	if err := store.Notify(ctx, d.pool, to, payload); err != nil {
 		d.log.WarnContext(ctx, "could not send the notification probe", slog.Any("error", err))
 		return nil
 	}

@@ -62,7 +62,7 @@ func grantLine(table string, acc *outbox.Access, opts *outbox.AccessOpts) checkL
 	tablePrivs, waiterPrivs := opts.Privileges()
 	what := "grants: " + strings.Join(tablePrivs, ", ") + " on the table"
 	if len(waiterPrivs) > 0 {
-		what += "; " + strings.Join(waiterPrivs, ", ") + " on " + table + "_waiters"
+		what += "; " + strings.Join(waiterPrivs, ", ") + " on " + acc.WaitersTable
 	}
 	var pe *outbox.PrivilegeError
 	if !errors.As(acc.Err(), &pe) {

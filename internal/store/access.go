@@ -13,7 +13,10 @@ type Access struct {
 	ServerVersion int
 	// Schema is the schema the table is in, as the catalogs name it;
 	// empty when the table does not exist.
-	Schema        string
+	Schema string
+	// Waiters is the waiters table, named as the table was (with its
+	// schema when the table was named with one).
+	Waiters       Table
 	TableExists   bool
 	HeadersColumn bool
 	WaitersExists bool
@@ -32,9 +35,9 @@ type Access struct {
 // Access reads the table's migration state and the role's privileges:
 // tablePrivs on the table and waiterPrivs on the waiters table.
 func (s *Store) Access(ctx context.Context, db DB, tablePrivs, waiterPrivs []string) (*Access, error) {
-	var a Access
+	a := Access{Waiters: s.Table.Waiters()}
 	var usage *bool
-	err := db.QueryRow(ctx, s.access, s.Table.ident(""), s.Table.ident("_waiters"), s.Table.Name+"_wake",
+	err := db.QueryRow(ctx, s.access, s.Table.ident(""), s.Table.Waiters().ident(""), s.Table.WakeTrigger(),
 		tablePrivs, waiterPrivs, s.Table.Schema, s.Table.Name, s.migratedRelations()).Scan(&a.Role, &a.ServerVersion, &a.Schema,
 		&a.TableExists, &a.HeadersColumn, &a.WaitersExists, &a.WakeTrigger, &a.MissingRelations, &usage,
 		&a.MissingTable, &a.MissingWaiters)
@@ -47,17 +50,17 @@ func (s *Store) Access(ctx context.Context, db DB, tablePrivs, waiterPrivs []str
 
 // CheckListen runs LISTEN on the table's wake-up channel inside a
 // transaction that is rolled back, so nothing stays registered: it shows
-// that the connection carries LISTEN at all. channel is "schema.name" as
-// Resolve returns it.
+// that the connection carries LISTEN at all. t is the table as Resolve
+// returns it.
 func (s *Store) CheckListen(ctx context.Context, db interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
-}, channel string) error {
+}, t Table) error {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return translate(err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // the rollback is the point
-	_, err = tx.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize())
+	_, err = tx.Exec(ctx, Listen(t.Channel()))
 	return translate(err)
 }
 
@@ -65,8 +68,17 @@ func (s *Store) CheckListen(ctx context.Context, db interface {
 // the table: its indexes and the waiters and audit tables.
 func (s *Store) migratedRelations() []string {
 	var out []string
-	for _, suffix := range []string{"_ready", "_leased", "_aggregate_head", "_dead", "_done", "_waiters", "_audit"} {
+	for _, suffix := range relationSuffixes {
 		out = append(out, s.Table.Name+suffix)
 	}
 	return out
+}
+
+// Listen is the LISTEN statement for a notification channel.
+func Listen(channel string) string { return "LISTEN " + pgx.Identifier{channel}.Sanitize() }
+
+// Notify sends one notification on channel with payload.
+func Notify(ctx context.Context, db DB, channel, payload string) error {
+	_, err := db.Exec(ctx, rawSQL("sql/notify.sql"), channel, payload)
+	return translate(err)
 }

@@ -117,7 +117,7 @@ type PurgeCursor struct {
 // done row.
 func (s *Store) PurgeIndex(ctx context.Context, db DB) (bool, error) {
 	var ok bool
-	err := db.QueryRow(ctx, s.purgeIndex, s.Table.ident("_done")).Scan(&ok)
+	err := db.QueryRow(ctx, s.purgeIndex, s.Table.ident(suffixDone)).Scan(&ok)
 	return ok, translate(err)
 }
 

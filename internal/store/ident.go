@@ -52,6 +52,34 @@ func (t Table) String() string {
 	return t.Schema + "." + t.Name
 }
 
+// The names the migrations derive from the table's, each spelled here
+// only: suffixes of the table's name.
+const (
+	suffixWaiters   = "_waiters"
+	suffixWake      = "_wake" // the wake function (schema-qualified) and its trigger
+	suffixReady     = "_ready"
+	suffixLeased    = "_leased"
+	suffixAggregate = "_aggregate_head"
+	suffixDead      = "_dead"
+	suffixDone      = "_done"
+	suffixAudit     = "_audit"
+)
+
+// relationSuffixes are the relations the migrations create beside the
+// table: its indexes and the waiters and audit tables.
+var relationSuffixes = []string{suffixReady, suffixLeased, suffixAggregate, suffixDead, suffixDone, suffixWaiters, suffixAudit}
+
+// Channel is the table's wake-up notification channel, "schema.name"; the
+// table must be resolved (its Schema set, as Resolve returns it).
+func (t Table) Channel() string { return t.Schema + "." + t.Name }
+
+// Waiters is the waiters table, in the table's schema.
+func (t Table) Waiters() Table { return Table{Schema: t.Schema, Name: t.Name + suffixWaiters} }
+
+// WakeTrigger is the wake-up trigger's name (unquoted; a trigger takes no
+// schema).
+func (t Table) WakeTrigger() string { return t.Name + suffixWake }
+
 // ident returns the quoted, possibly schema-qualified identifier for a name
 // derived from the table's (suffix "" is the table itself).
 func (t Table) ident(suffix string) string {
@@ -75,14 +103,14 @@ func (t Table) replacer() *strings.Replacer {
 	return strings.NewReplacer(
 		"{{table}}", t.ident(""),
 		"{{schema}}", schema,
-		"{{waiters}}", t.ident("_waiters"),
-		"{{wake_function}}", t.ident("_wake"),
-		"{{wake_trigger}}", t.bare("_wake"),
-		"{{ready_index}}", t.bare("_ready"),
-		"{{leased_index}}", t.bare("_leased"),
-		"{{aggregate_index}}", t.bare("_aggregate_head"),
-		"{{dead_index}}", t.bare("_dead"),
-		"{{done_index}}", t.bare("_done"),
-		"{{audit}}", t.ident("_audit"),
+		"{{waiters}}", t.ident(suffixWaiters),
+		"{{wake_function}}", t.ident(suffixWake),
+		"{{wake_trigger}}", t.bare(suffixWake),
+		"{{ready_index}}", t.bare(suffixReady),
+		"{{leased_index}}", t.bare(suffixLeased),
+		"{{aggregate_index}}", t.bare(suffixAggregate),
+		"{{dead_index}}", t.bare(suffixDead),
+		"{{done_index}}", t.bare(suffixDone),
+		"{{audit}}", t.ident(suffixAudit),
 	)
 }

@@ -135,7 +135,7 @@ func (s *Store) migrationTarget(ctx context.Context, conn MigrateDB) (*Store, er
 		}
 		schema = *found
 	}
-	if err := checkChannel(schema, s.Table.Name); err != nil {
+	if err := checkChannel(Table{Schema: schema, Name: s.Table.Name}); err != nil {
 		return nil, err
 	}
 	return s.Qualified(schema), nil

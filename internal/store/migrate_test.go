@@ -107,7 +107,7 @@ SET LOCAL lock_timeout = '300ms';
 ALTER TABLE `+q+` ADD COLUMN IF NOT EXISTS headers jsonb;
 COMMIT;
 `, res.SQL)
-		_, _, err = b.st.Resolve(t.Context(), b.pool)
+		_, err = b.st.Resolve(t.Context(), b.pool)
 		require.ErrorIs(t, err, store.ErrTableOutdated, "a dry run changes nothing")
 
 		// A concurrent build waits for every older snapshot in the database,
@@ -117,7 +117,7 @@ COMMIT;
 		res, err = b.st.MigrateWith(t.Context(), b.pool, store.MigrateOptions{})
 		require.NoError(t, err)
 		require.Equal(t, []string{"002_headers: headers column"}, res.Steps)
-		_, _, err = b.st.Resolve(t.Context(), b.pool)
+		_, err = b.st.Resolve(t.Context(), b.pool)
 		require.NoError(t, err)
 		res, err = b.st.MigrateWith(t.Context(), b.pool, store.MigrateOptions{DryRun: true})
 		require.NoError(t, err)
@@ -160,7 +160,7 @@ func TestMigrateWaitsWithLockTimeout(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		require.FailNow(t, "migrate did not finish after the reader ended")
 	}
-	_, _, err := b.st.Resolve(t.Context(), b.pool)
+	_, err := b.st.Resolve(t.Context(), b.pool)
 	require.NoError(t, err, "the column was added")
 }
 

@@ -131,12 +131,12 @@ func dollarTag(name string) string {
 // identifier limit): pg_notify raises an error past it.
 const maxChannel = 63
 
-// checkChannel refuses a table whose wake-up channel "schema.name" is too
-// long: its trigger would fail every INSERT while a dispatcher waits.
-func checkChannel(schema, name string) error {
-	if n := len(schema) + 1 + len(name); n > maxChannel {
-		return fmt.Errorf("outbox table %s.%s: its notification channel is %d bytes, over PostgreSQL's %d; use a shorter schema or table name",
-			schema, name, n, maxChannel)
+// checkChannel refuses a resolved table whose wake-up channel is too long:
+// its trigger would fail every INSERT while a dispatcher waits.
+func checkChannel(t Table) error {
+	if n := len(t.Channel()); n > maxChannel {
+		return fmt.Errorf("outbox table %s: its notification channel is %d bytes, over PostgreSQL's %d; use a shorter schema or table name",
+			t.Channel(), n, maxChannel)
 	}
 	return nil
 }
@@ -145,24 +145,26 @@ func checkChannel(schema, name string) error {
 // producer statements (Enqueue) or tests.
 func (s *Store) QuotedTable() string { return s.Table.ident("") }
 
-// Resolve checks that the table exists and returns its schema and name as
-// PostgreSQL resolved them. The notification channel is "schema.name".
-func (s *Store) Resolve(ctx context.Context, db DB) (schema, name string, err error) {
+// Resolve checks that the table exists and returns it as PostgreSQL
+// resolved it: schema and name as the catalogs spell them, from which every
+// derived name comes (Table.Channel, Table.Waiters).
+func (s *Store) Resolve(ctx context.Context, db DB) (Table, error) {
+	var t Table
 	var current bool
-	err = db.QueryRow(ctx, s.resolve, s.Table.ident("")).Scan(&schema, &name, &current)
+	err := db.QueryRow(ctx, s.resolve, s.Table.ident("")).Scan(&t.Schema, &t.Name, &current)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", "", ErrTableMissing
+		return Table{}, ErrTableMissing
 	}
 	if err != nil {
-		return "", "", translate(err)
+		return Table{}, translate(err)
 	}
-	if err := checkChannel(schema, name); err != nil {
-		return "", "", err
+	if err := checkChannel(t); err != nil {
+		return Table{}, err
 	}
 	if !current {
-		return "", "", ErrTableOutdated
+		return Table{}, ErrTableOutdated
 	}
-	return schema, name, nil
+	return t, nil
 }
 
 // DropWakeTrigger removes the table's wake-up trigger (see

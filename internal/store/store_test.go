@@ -952,14 +952,14 @@ func TestMigrateRejectsChannelOverNameLimit(t *testing.T) {
 		require.NoError(t, err)
 		err = st.Migrate(t.Context(), pool)
 		require.ErrorContains(t, err, "channel")
-		_, _, err = st.Resolve(t.Context(), pool)
+		_, err = st.Resolve(t.Context(), pool)
 		require.ErrorIs(t, err, store.ErrTableMissing, "migrate created nothing")
 
 		// A table made some other way is refused when the dispatcher or the
 		// admin resolves it.
 		_, err = pool.Exec(t.Context(), "CREATE TABLE "+st.QuotedTable()+" (id int)")
 		require.NoError(t, err)
-		_, _, err = st.Resolve(t.Context(), pool)
+		_, err = st.Resolve(t.Context(), pool)
 		require.ErrorContains(t, err, "channel")
 	})
 }
@@ -989,10 +989,11 @@ func hostileEndToEnd(t *testing.T, pool *pgxpool.Pool, schema, name, table strin
 	require.NoError(t, st.Migrate(ctx, pool))
 	require.NoError(t, st.Migrate(ctx, pool), "migrate is idempotent")
 
-	gotSchema, gotName, err := st.Resolve(ctx, pool)
+	got, err := st.Resolve(ctx, pool)
 	require.NoError(t, err)
-	require.Equal(t, schema, gotSchema)
-	require.Equal(t, name, gotName)
+	require.Equal(t, schema, got.Schema)
+	require.Equal(t, name, got.Name)
+	require.Equal(t, schema+"."+name, got.Channel())
 
 	rows, err := pool.Query(ctx, `SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = $2`, schema, name)
 	require.NoError(t, err)
