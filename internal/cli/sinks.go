@@ -74,41 +74,22 @@ func newHTTPSink(rawURL string, se *sinkEnv) (outbox.Sink, error) {
 	return httpsink.New(rawURL, &httpsink.Options{Secrets: se.secrets})
 }
 
-// sinkCheckers validate a sink URL without connecting, per scheme (for
-// config check); schemes without one are only parsed.
+// sinkCheckers validate a sink URL without connecting or building the
+// sink, per scheme (for config check): each is the sink package's CheckURL,
+// which reports what its New would. Schemes without one are only parsed.
 var sinkCheckers = map[string]func(rawURL string) error{
-	"http":     checkHTTPURL,
-	"https":    checkHTTPURL,
+	"http":     httpsink.CheckURL,
+	"https":    httpsink.CheckURL,
 	"nats":     natssink.CheckURL,
 	"nats+tls": natssink.CheckURL,
 	"amqp":     amqpsink.CheckURL,
 	"amqps":    amqpsink.CheckURL,
-	"kafka":    checkByOpening(newKafkaSink),
-	"redis":    checkByOpening(newRedisSink),
-	"rediss":   checkByOpening(newRedisSink),
+	"kafka":    kafkasink.CheckURL,
+	"redis":    redissink.CheckURL,
+	"rediss":   redissink.CheckURL,
 	"mqtt":     mqttsink.CheckURL,
 	"mqtts":    mqttsink.CheckURL,
-}
-
-// checkByOpening validates a URL by building the sink and closing it again:
-// for sinks whose constructor parses everything but does not wait on the
-// network.
-func checkByOpening(open func(string, *sinkEnv) (outbox.Sink, error)) func(string) error {
-	return func(rawURL string) error {
-		s, err := open(rawURL, &sinkEnv{stdout: io.Discard, logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			return err
-		}
-		return s.Close()
-	}
-}
-
-func checkHTTPURL(rawURL string) error {
-	s, err := httpsink.New(rawURL, nil)
-	if err != nil {
-		return err
-	}
-	return s.Close()
+	"stdout":   stdoutsink.CheckURL,
 }
 
 // sinkSchemes lists the --sink URL schemes, for help and errors.

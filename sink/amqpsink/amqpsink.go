@@ -190,7 +190,7 @@ func (s *Sink) Publish(ctx context.Context, msg *outbox.Message) error {
 
 func (s *Sink) publishOn(ctx context.Context, pc *pchan, msg *outbox.Message, id, exchange, key string) error {
 	headers := amqp.Table{}
-	for _, h := range sinkutil.Headers(msg) {
+	for _, h := range reservedHeaders.Headers(msg) {
 		headers[h.Key] = h.Value
 	}
 	pub := amqp.Publishing{

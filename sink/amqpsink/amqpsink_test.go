@@ -54,7 +54,7 @@ func TestPublishPropertiesAndRoutingKeyTemplate(t *testing.T) {
 	require.True(t, m.CreatedAt.Truncate(time.Second).Equal(d.Timestamp), "timestamp %s", d.Timestamp)
 	require.Equal(t, string(m.Payload), string(d.Body))
 	want := amqp.Table{}
-	for _, h := range sinkutil.Headers(m) {
+	for _, h := range (sinkutil.Reserved{}).Headers(m) {
 		want[h.Key] = h.Value
 	}
 	require.Equal(t, want, d.Headers)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -38,13 +37,20 @@ const maxShortstr = 255
 
 // passThrough are the RabbitMQ URI query parameters handed to the client
 // library unchanged (https://www.rabbitmq.com/docs/uri-query-parameters).
-var passThrough = map[string]bool{
-	"auth_mechanism":         true,
-	"cacertfile":             true,
-	"certfile":               true,
-	"keyfile":                true,
-	"server_name_indication": true,
+var passThrough = []string{"auth_mechanism", "cacertfile", "certfile", "heartbeat", "keyfile", "server_name_indication"}
+
+// query declares the URL's parameters: the sink's own and the pass-through
+// ones.
+var query = sinkutil.QuerySpec{
+	Known: append([]string{
+		"channels", "connection_timeout", "exchange", "mandatory", "persistent", "reconnect_max", "routing_key",
+	}, passThrough...),
+	Repeatable: []string{"auth_mechanism"},
 }
+
+// reservedHeaders are the message headers the sink writes itself: a
+// message's own headers never replace them.
+var reservedHeaders = sinkutil.Reserved{}
 
 // config is a parsed sink URL.
 type config struct {
@@ -76,6 +82,32 @@ func CheckURL(rawURL string) error {
 // parseURL turns rawURL into a config. Every error names the offending
 // part, prefixed with "amqpsink: ", and never quotes the password.
 func parseURL(rawURL string) (*config, error) {
+	u, err := parseBase(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	q, err := query.Parse(u.RawQuery, rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("amqpsink: %w", err)
+	}
+	c := &config{tls: u.Scheme == "amqps"}
+	if err := c.parseQuery(q); err != nil {
+		return nil, err
+	}
+	dial := *u
+	dial.RawQuery = q.Values(passThrough...).Encode()
+	c.dialURL = dial.String()
+	parsed, err := amqp.ParseURI(c.dialURL)
+	if err != nil {
+		return nil, fmt.Errorf("amqpsink: invalid AMQP URI: %s", sinkutil.Scrub(err.Error(), rawURL))
+	}
+	c.vhost = parsed.Vhost
+	c.display = display(u)
+	return c, nil
+}
+
+// parseBase parses rawURL and checks its scheme, host and fragment.
+func parseBase(rawURL string) (*url.URL, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("amqpsink: malformed URL: %s", sinkutil.Scrub(sinkutil.ParseErrText(err), rawURL))
@@ -94,90 +126,57 @@ func parseURL(rawURL string) (*config, error) {
 		// Even a bare trailing "#" would silently cut what follows it.
 		return nil, errors.New("amqpsink: URL must not contain a raw '#' (it starts a fragment that would be dropped); write %23")
 	}
-	q, err := url.ParseQuery(u.RawQuery)
-	if err != nil {
-		return nil, fmt.Errorf("amqpsink: malformed URL query: %s", sinkutil.Scrub(err.Error(), rawURL))
-	}
+	return u, nil
+}
 
-	c := &config{
-		channels:   ChannelsDefault,
-		connTO:     ConnectionTimeoutDefault,
-		mandatory:  true,
-		persistent: true,
-		reconnMax:  ReconnectMaxDefault,
-		tls:        u.Scheme == "amqps",
+// parseQuery reads the sink's own parameters.
+func (c *config) parseQuery(q sinkutil.Query) error {
+	if err := c.parseSettings(q); err != nil {
+		return fmt.Errorf("amqpsink: %w", err)
 	}
-	exchange, routingKey := "", RoutingKeyDefault
-	keep := url.Values{}
-	for key, vals := range q {
-		if len(vals) != 1 && key != "auth_mechanism" {
-			return nil, fmt.Errorf("amqpsink: query parameter %s given %d times; give it once", key, len(vals))
-		}
-		v := vals[0]
-		switch key {
-		case "exchange":
-			exchange = v
-		case "routing_key":
-			routingKey = v
-		case "mandatory":
-			c.mandatory, err = parseBool(key, v)
-		case "persistent":
-			c.persistent, err = parseBool(key, v)
-		case "channels":
-			c.channels, err = strconv.Atoi(v)
-			if err != nil || c.channels < 1 || c.channels > MaxChannels {
-				err = fmt.Errorf("amqpsink: channels must be an integer from 1 to %d, got %q", MaxChannels, v)
-			}
-		case "connection_timeout":
-			// Milliseconds, as in RabbitMQ's URI spec.
-			ms, perr := strconv.ParseInt(v, 10, 64)
-			if perr != nil || ms <= 0 || ms > int64(time.Hour/time.Millisecond) {
-				err = fmt.Errorf("amqpsink: connection_timeout must be a positive number of milliseconds (at most one hour), got %q", v)
-			}
-			c.connTO = time.Duration(ms) * time.Millisecond
-		case "heartbeat":
-			// Seconds, as in RabbitMQ's URI spec. Zero would not disable
-			// heartbeats (the client then takes the server's interval) and
-			// a dead peer goes unnoticed without them, so it is refused.
-			sec, perr := strconv.Atoi(v)
-			if perr != nil || sec < 1 || sec > 65535 {
-				err = fmt.Errorf("amqpsink: heartbeat must be a whole number of seconds from 1 to 65535, got %q", v)
-			}
-			keep[key] = vals
-		case "reconnect_max":
-			c.reconnMax, err = time.ParseDuration(v)
-			if err != nil || c.reconnMax < ReconnectMin {
-				err = fmt.Errorf("amqpsink: reconnect_max must be a duration of at least %s (e.g. 5s), got %q", ReconnectMin, v)
-			}
-		default:
-			if !passThrough[key] {
-				return nil, fmt.Errorf("amqpsink: unknown query parameter %q (want exchange, routing_key, mandatory, persistent, channels, connection_timeout, reconnect_max, heartbeat, auth_mechanism, certfile, keyfile, cacertfile, server_name_indication)", key)
-			}
-			keep[key] = vals
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-
+	exchange := q.String("exchange", "")
+	routingKey := q.String("routing_key", RoutingKeyDefault)
+	var err error
 	if c.exchange, err = parseName("exchange", exchange); err != nil {
-		return nil, err
+		return err
 	}
 	if routingKey == "" && exchange == "" {
-		return nil, errors.New("amqpsink: routing_key must not be empty with the default exchange: it names the queue")
+		return errors.New("amqpsink: routing_key must not be empty with the default exchange: it names the queue")
 	}
-	if c.routingKey, err = parseName("routing_key", routingKey); err != nil {
-		return nil, err
-	}
+	c.routingKey, err = parseName("routing_key", routingKey)
+	return err
+}
 
-	dial := *u
-	dial.RawQuery = keep.Encode()
-	c.dialURL = dial.String()
-	parsed, err := amqp.ParseURI(c.dialURL)
-	if err != nil {
-		return nil, fmt.Errorf("amqpsink: invalid AMQP URI: %s", sinkutil.Scrub(err.Error(), rawURL))
+func (c *config) parseSettings(q sinkutil.Query) error {
+	var err error
+	if c.mandatory, err = q.Bool("mandatory", true); err != nil {
+		return err
 	}
-	c.vhost = parsed.Vhost
+	if c.persistent, err = q.Bool("persistent", true); err != nil {
+		return err
+	}
+	if c.channels, err = q.Int("channels", ChannelsDefault, 1, MaxChannels); err != nil {
+		return err
+	}
+	// Milliseconds, as in RabbitMQ's URI spec.
+	ms, err := q.IntOf("connection_timeout", "milliseconds", int(ConnectionTimeoutDefault/time.Millisecond), 1, int(time.Hour/time.Millisecond))
+	if err != nil {
+		return err
+	}
+	c.connTO = time.Duration(ms) * time.Millisecond
+	// Seconds, as in RabbitMQ's URI spec; handed on to the client library.
+	// Zero would not disable heartbeats (the client then takes the
+	// server's interval) and a dead peer goes unnoticed without them, so it
+	// is refused.
+	if _, err = q.IntOf("heartbeat", "seconds", 0, 1, 65535); err != nil {
+		return err
+	}
+	c.reconnMax, err = q.Duration("reconnect_max", ReconnectMaxDefault, ReconnectMin, 0)
+	return err
+}
+
+// display names the broker in errors and logs: no password, no query.
+func display(u *url.URL) string {
 	shown := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}
 	if u.User != nil {
 		// A lone user part may be a token; beside a password it is a name.
@@ -186,8 +185,7 @@ func parseURL(rawURL string) (*config, error) {
 			shown.User = url.User(u.User.Username())
 		}
 	}
-	c.display = shown.String()
-	return c, nil
+	return shown.String()
 }
 
 // parseName parses an exchange or routing key template; a name without
@@ -201,12 +199,4 @@ func parseName(param, s string) (*sinkutil.Template, error) {
 		return nil, fmt.Errorf("amqpsink: %s is %d bytes; AMQP allows at most %d", param, len(s), maxShortstr)
 	}
 	return t, nil
-}
-
-func parseBool(key, v string) (bool, error) {
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return false, fmt.Errorf("amqpsink: %s must be true or false, got %q", key, v)
-	}
-	return b, nil
 }

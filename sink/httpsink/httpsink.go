@@ -131,23 +131,9 @@ func New(rawURL string, opts *Options) (*Sink, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
-	// Checked on the raw text, before parsing can fail and quote it.
-	if strings.Contains(strings.ToLower(rawURL), strings.ToLower(webhook.SecretPrefix)) {
-		return nil, errors.New("httpsink: the URL holds a " + webhook.SecretPrefix + " signing secret; pass it in Options.Secrets, which keeps it out of URLs and logs")
-	}
-	u, err := url.Parse(rawURL)
+	u, err := parseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("httpsink: malformed URL: %s", sinkutil.Scrub(sinkutil.ParseErrText(err), rawURL))
-	}
-	switch u.Scheme {
-	case "http", "https":
-	case "":
-		return nil, errors.New("httpsink: URL has no scheme; want an http:// or https:// URL")
-	default:
-		return nil, fmt.Errorf("httpsink: unsupported URL scheme %q; want http or https", u.Scheme)
-	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("httpsink: URL has no host; want %s://host/path", u.Scheme)
+		return nil, err
 	}
 	if opts.DeferDelay < 0 {
 		return nil, fmt.Errorf("httpsink: DeferDelay must not be negative, got %s", opts.DeferDelay)
@@ -246,7 +232,7 @@ func (s *Sink) Publish(ctx context.Context, msg *outbox.Message) error {
 	}
 	for k, v := range msg.Headers {
 		ck := http.CanonicalHeaderKey(k)
-		if _, taken := h[ck]; taken || reservedHeader(ck) || !validHeaderName(k) || !validHeaderValue(v) {
+		if _, taken := h[ck]; taken || reservedHeaders.Has(ck) || !validHeaderName(k) || !validHeaderValue(v) {
 			continue
 		}
 		h[ck] = []string{v}
@@ -352,26 +338,6 @@ func truncate(b []byte, limit int) string {
 func drainClose(body io.ReadCloser) {
 	_, _ = io.Copy(io.Discard, io.LimitReader(body, maxDrain))
 	_ = body.Close()
-}
-
-// reservedHeader reports whether a message header named ck (canonical form)
-// must not be sent. Besides the headers the sink writes, it covers those
-// that would change how the request is framed, routed, authenticated or
-// decoded, and webhook-* even when requests are not signed, so a receiver
-// never sees a signature the sink did not make.
-func reservedHeader(ck string) bool {
-	switch ck {
-	case "Authorization", "Proxy-Authorization", "Host", "Idempotency-Key",
-		"Connection", "Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-		"Expect", "Accept-Encoding", "Cookie":
-		return true
-	}
-	for _, prefix := range []string{"Content-", "Ce-", "Outbox-", "Webhook-", "Proxy-"} {
-		if strings.HasPrefix(ck, prefix) {
-			return true
-		}
-	}
-	return false
 }
 
 // validHeaderName reports whether k is an RFC 9110 token, as net/http

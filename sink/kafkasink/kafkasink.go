@@ -9,7 +9,7 @@
 // publishes are in flight at once and the client batches them per partition.
 //
 // Every record carries the outbox id in its Outbox-Id header and the other
-// metadata of [sinkutil.Headers] as headers; the value is the payload byte
+// metadata of [sinkutil.Reserved.Headers] as headers; the value is the payload byte
 // for byte. Kafka has no broker-side deduplication slot for an application
 // id, so receivers deduplicate on Outbox-Id.
 //
@@ -237,7 +237,7 @@ func (s *Sink) Publish(ctx context.Context, msg *outbox.Message) error {
 	if err := checkTopic(topic); err != nil {
 		return outbox.Permanent(fmt.Errorf("kafkasink: topic %q for message %d: %w", topic, msg.ID, err))
 	}
-	hs := sinkutil.Headers(msg)
+	hs := reservedHeaders.Headers(msg)
 	headers := make([]kgo.RecordHeader, len(hs))
 	for i, h := range hs {
 		headers[i] = kgo.RecordHeader{Key: h.Key, Value: []byte(h.Value)}

@@ -27,6 +27,25 @@ type config struct {
 	user         string
 }
 
+// reservedHeaders are the record headers the sink writes itself: a
+// message's own headers never replace them.
+var reservedHeaders = sinkutil.Reserved{}
+
+// query declares the URL's parameters.
+var query = sinkutil.QuerySpec{Known: []string{
+	"acks", "client_id", "create_topics", "linger", "max_buffered", "sasl", "timeout", "tls", "topic",
+}}
+
+// CheckURL reports whether rawURL is a valid sink URL, without contacting
+// any broker (for configuration checks). The error is the one [New] would
+// return.
+func CheckURL(rawURL string) error {
+	if _, err := parseURL(rawURL); err != nil {
+		return fmt.Errorf("kafkasink: %w", err)
+	}
+	return nil
+}
+
 // parseURL reads rawURL. net/url cannot be used for the authority: it
 // rejects a list of brokers whose second entry is a bracketed IPv6 address.
 // Errors never quote the userinfo, which may hold a password.
@@ -49,83 +68,16 @@ func parseURL(rawURL string) (*config, error) {
 	if path != "" && path != "/" {
 		return nil, errors.New("URL must not have a path; name the topic with ?topic=NAME")
 	}
-
-	c := &config{
-		clientID:    ClientIDDefault,
-		linger:      LingerDefault,
-		maxBuffered: MaxBufferedDefault,
-		timeout:     TimeoutDefault,
+	c := &config{}
+	if err := c.parseAuthority(authority); err != nil {
+		return nil, err
 	}
-	hosts := authority
-	if at := strings.LastIndex(authority, "@"); at >= 0 {
-		hosts = authority[at+1:]
-		userinfo := authority[:at]
-		rawUser, rawPass, _ := strings.Cut(userinfo, ":")
-		var err1, err2 error
-		c.user, err1 = url.PathUnescape(rawUser)
-		c.password, err2 = url.PathUnescape(rawPass)
-		if err1 != nil || err2 != nil {
-			return nil, errors.New("URL userinfo has an invalid %-escape")
-		}
-		if c.user == "" {
-			return nil, errors.New("URL userinfo has an empty user name")
-		}
-	}
-	seeds, err := parseHosts(hosts)
+	q, err := query.Parse(rawQuery, rawURL)
 	if err != nil {
 		return nil, err
 	}
-	c.seeds = seeds
-
-	q, err := url.ParseQuery(rawQuery)
-	if err != nil {
-		return nil, fmt.Errorf("malformed query: %w", err)
-	}
-	topic := TopicDefault
-	for key, vals := range q {
-		if len(vals) != 1 {
-			return nil, fmt.Errorf("option %s given %d times", key, len(vals))
-		}
-		v := vals[0]
-		switch key {
-		case "acks":
-			if v != "all" && v != "-1" {
-				return nil, fmt.Errorf("acks=%s is not supported: the sink always waits for all in-sync replicas (acks=all)", v)
-			}
-		case "client_id":
-			if v == "" {
-				return nil, errors.New("client_id must not be empty")
-			}
-			c.clientID = v
-		case "create_topics":
-			c.createTopics, err = parseBool(key, v)
-		case "linger":
-			c.linger, err = parseDuration(key, v, 0)
-		case "max_buffered":
-			c.maxBuffered, err = strconv.Atoi(v)
-			if err != nil || c.maxBuffered < 1 {
-				err = fmt.Errorf("max_buffered must be a positive integer, got %q", v)
-			}
-		case "sasl":
-			c.sasl = strings.ToLower(v)
-			switch c.sasl {
-			case "plain", "scram-sha-256", "scram-sha-512":
-			default:
-				err = fmt.Errorf("sasl=%s is not supported; want plain, scram-sha-256 or scram-sha-512", v)
-			}
-		case "timeout":
-			// franz-go's lower bound for a record's delivery timeout.
-			c.timeout, err = parseDuration(key, v, time.Second)
-		case "tls":
-			c.tls, err = parseBool(key, v)
-		case "topic":
-			topic = v
-		default:
-			err = fmt.Errorf("unknown option %q (want topic, create_topics, linger, max_buffered, timeout, acks, client_id, tls or sasl)", key)
-		}
-		if err != nil {
-			return nil, err
-		}
+	if err := c.parseQuery(q); err != nil {
+		return nil, err
 	}
 	switch {
 	case c.sasl != "" && c.user == "":
@@ -133,11 +85,62 @@ func parseURL(rawURL string) (*config, error) {
 	case c.sasl == "" && c.user != "":
 		return nil, errors.New("URL has credentials but no SASL mechanism; add sasl=plain, sasl=scram-sha-256 or sasl=scram-sha-512")
 	}
-	c.topic, err = parseTopic(topic)
-	if err != nil {
-		return nil, err
-	}
 	return c, nil
+}
+
+// parseAuthority reads [user:password@]host:port[,host:port...].
+func (c *config) parseAuthority(authority string) error {
+	hosts := authority
+	if at := strings.LastIndex(authority, "@"); at >= 0 {
+		hosts = authority[at+1:]
+		rawUser, rawPass, _ := strings.Cut(authority[:at], ":")
+		var err1, err2 error
+		c.user, err1 = url.PathUnescape(rawUser)
+		c.password, err2 = url.PathUnescape(rawPass)
+		if err1 != nil || err2 != nil {
+			return errors.New("URL userinfo has an invalid %-escape")
+		}
+		if c.user == "" {
+			return errors.New("URL userinfo has an empty user name")
+		}
+	}
+	seeds, err := parseHosts(hosts)
+	c.seeds = seeds
+	return err
+}
+
+func (c *config) parseQuery(q sinkutil.Query) error {
+	if acks := q.String("acks", "all"); acks != "all" && acks != "-1" {
+		return fmt.Errorf("acks=%s is not supported: the sink always waits for all in-sync replicas (acks=all)", acks)
+	}
+	c.sasl = strings.ToLower(q.String("sasl", ""))
+	switch c.sasl {
+	case "", "plain", "scram-sha-256", "scram-sha-512":
+	default:
+		return fmt.Errorf("sasl=%s is not supported; want plain, scram-sha-256 or scram-sha-512", q.String("sasl", ""))
+	}
+	var err error
+	if c.clientID, err = q.NonEmpty("client_id", ClientIDDefault); err != nil {
+		return err
+	}
+	if c.createTopics, err = q.Bool("create_topics", false); err != nil {
+		return err
+	}
+	if c.tls, err = q.Bool("tls", false); err != nil {
+		return err
+	}
+	if c.linger, err = q.Duration("linger", LingerDefault, 0, 0); err != nil {
+		return err
+	}
+	// franz-go's lower bound for a record's delivery timeout.
+	if c.timeout, err = q.Duration("timeout", TimeoutDefault, time.Second, 0); err != nil {
+		return err
+	}
+	if c.maxBuffered, err = q.Int("max_buffered", MaxBufferedDefault, 1, 0); err != nil {
+		return err
+	}
+	c.topic, err = parseTopic(q.String("topic", TopicDefault))
+	return err
 }
 
 // parseHosts splits a comma-separated broker list; a host without a port
@@ -168,28 +171,6 @@ func parseHosts(s string) ([]string, error) {
 		out = append(out, net.JoinHostPort(host, port))
 	}
 	return out, nil
-}
-
-func parseBool(key, v string) (bool, error) {
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return false, fmt.Errorf("%s must be true or false, got %q", key, v)
-	}
-	return b, nil
-}
-
-func parseDuration(key, v string, minimum time.Duration) (time.Duration, error) {
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		return 0, fmt.Errorf("%s must be a duration such as 50ms or 30s, got %q", key, v)
-	}
-	if d < minimum {
-		if minimum == 0 {
-			return 0, fmt.Errorf("%s must not be negative, got %s", key, v)
-		}
-		return 0, fmt.Errorf("%s must be at least %s, got %s", key, minimum, v)
-	}
-	return d, nil
 }
 
 // maxTopicLen is Kafka's limit on a topic name's length.

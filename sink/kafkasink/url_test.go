@@ -63,6 +63,7 @@ func TestParseURL(t *testing.T) {
 			got, err := kafkasink.ParseURL(tt.url)
 			require.NoError(t, err)
 			require.Equal(t, tt.want, got)
+			require.NoError(t, kafkasink.CheckURL(tt.url))
 		})
 	}
 }
@@ -81,14 +82,14 @@ func TestNewRejectsBadURLs(t *testing.T) {
 		{"UnbracketedIPv6", "kafka://fe80::1::2", "IPv6"},
 		{"Path", "kafka://h:1/orders", "must not have a path"},
 		{"Fragment", "kafka://h:1#x", "fragment"},
-		{"UnknownOption", "kafka://h:1?topik=t", `unknown option "topik"`},
-		{"RepeatedOption", "kafka://h:1?topic=a&topic=b", "given 2 times"},
+		{"UnknownOption", "kafka://h:1?topik=t", `unknown URL parameter "topik" (known: acks, client_id, create_topics, linger, max_buffered, sasl, timeout, tls, topic)`},
+		{"RepeatedOption", "kafka://h:1?topic=a&topic=b", "URL parameter topic given 2 times; give it once"},
 		{"AcksOne", "kafka://h:1?acks=1", "acks=all"},
 		{"BadBool", "kafka://h:1?create_topics=maybe", "create_topics must be true or false"},
 		{"BadLinger", "kafka://h:1?linger=soon", "linger must be a duration"},
-		{"NegativeLinger", "kafka://h:1?linger=-1s", "must not be negative"},
-		{"ZeroTimeout", "kafka://h:1?timeout=0s", "timeout must be at least 1s"},
-		{"ZeroMaxBuffered", "kafka://h:1?max_buffered=0", "max_buffered must be a positive integer"},
+		{"NegativeLinger", "kafka://h:1?linger=-1s", "linger must be a duration of at least 0s"},
+		{"ZeroTimeout", "kafka://h:1?timeout=0s", "timeout must be a duration of at least 1s"},
+		{"ZeroMaxBuffered", "kafka://h:1?max_buffered=0", `max_buffered must be an integer of at least 1, got "0"`},
 		{"EmptyClientID", "kafka://h:1?client_id=", "client_id must not be empty"},
 		{"UnknownSASL", "kafka://u:p@h:1?sasl=gssapi", "sasl=gssapi is not supported"},
 		{"SASLWithoutCredentials", "kafka://h:1?sasl=plain", "needs credentials"},
@@ -99,7 +100,7 @@ func TestNewRejectsBadURLs(t *testing.T) {
 		{"IllegalCharInLiteral", "kafka://h:1?topic=outbox/{aggregate_type}", `character '/' is not allowed`},
 		{"DotDot", "kafka://h:1?topic=..", `cannot be "." or ".."`},
 		{"TooLong", "kafka://h:1?topic=" + longName(250), "longer than 249 characters"},
-		{"BadQuery", "kafka://h:1?topic=%zz", "malformed query"},
+		{"BadQuery", "kafka://h:1?topic=%zz", "malformed URL query"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -109,6 +110,7 @@ func TestNewRejectsBadURLs(t *testing.T) {
 			require.Nil(t, s)
 			require.Contains(t, err.Error(), tt.want)
 			require.Contains(t, err.Error(), "kafkasink: ")
+			require.EqualError(t, kafkasink.CheckURL(tt.url), err.Error(), "CheckURL reports what New does")
 		})
 	}
 }
@@ -126,6 +128,7 @@ func TestNewErrorsNeverShowThePassword(t *testing.T) {
 		_, err := kafkasink.New(u, nil)
 		require.Error(t, err, u)
 		require.NotContains(t, err.Error(), "s3cr3t", u)
+		require.EqualError(t, kafkasink.CheckURL(u), err.Error())
 	}
 }
 

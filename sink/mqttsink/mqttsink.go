@@ -138,103 +138,6 @@ type Sink struct {
 
 var _ outbox.Sink = (*Sink)(nil)
 
-// CheckURL validates an MQTT sink URL without connecting anywhere.
-func CheckURL(rawURL string) error {
-	_, err := parseURL(rawURL)
-	return err
-}
-
-// urlConfig is what a sink URL says.
-type urlConfig struct {
-	u                         *url.URL
-	host, port                string
-	topic                     *sinkutil.Template
-	clientID                  string
-	keepAlive, connectTimeout time.Duration
-}
-
-func parseURL(rawURL string) (*urlConfig, error) {
-	// A raw "#" would start the URL's fragment and "+" in a query means a
-	// space: both would silently change the topic, so both must be
-	// percent-encoded (%23, %2B) to be meant literally.
-	if strings.Contains(rawURL, "#") {
-		return nil, errors.New("mqttsink: a raw '#' in the URL starts a fragment and would be dropped; write %23 if you mean it (MQTT wildcards cannot be published to anyway)")
-	}
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("mqttsink: malformed URL: %s", sinkutil.Scrub(sinkutil.ParseErrText(err), rawURL))
-	}
-	if strings.Contains(u.RawQuery, "+") {
-		return nil, errors.New("mqttsink: a raw '+' in the query (topic=...) means a space; write %20 for a space or %2B for a plus (MQTT wildcards cannot be published to anyway)")
-	}
-	port := ""
-	switch u.Scheme {
-	case "mqtt":
-		port = "1883"
-	case "mqtts":
-		port = "8883"
-	case "":
-		return nil, errors.New("mqttsink: URL has no scheme; want mqtt:// or mqtts://")
-	default:
-		return nil, fmt.Errorf("mqttsink: unsupported URL scheme %q; want mqtt or mqtts", u.Scheme)
-	}
-	host := u.Hostname()
-	if host == "" {
-		return nil, fmt.Errorf("mqttsink: URL has no host; want %s://host:port", u.Scheme)
-	}
-	if p := u.Port(); p != "" {
-		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return nil, fmt.Errorf("mqttsink: invalid port %q", p)
-		}
-		port = p
-	}
-	if u.Path != "" && u.Path != "/" {
-		return nil, fmt.Errorf("mqttsink: unexpected path %q in URL; the topic goes in ?topic=", u.Path)
-	}
-
-	topicText := TopicDefault
-	clientID := ""
-	keepAlive := KeepAliveDefault
-	connectTimeout := ConnectTimeoutDefault
-	q, err := url.ParseQuery(u.RawQuery)
-	if err != nil {
-		return nil, fmt.Errorf("mqttsink: malformed query: %w", err)
-	}
-	for key, vals := range q {
-		if len(vals) != 1 {
-			return nil, fmt.Errorf("mqttsink: query parameter %s given %d times", key, len(vals))
-		}
-		v := vals[0]
-		switch key {
-		case "topic":
-			topicText = v
-		case "client_id":
-			if v == "" || !validUTF8(v) || len(v) > 65535 {
-				return nil, fmt.Errorf("mqttsink: client_id=%q: want a non-empty UTF-8 string", v)
-			}
-			clientID = v
-		case "keepalive":
-			keepAlive, err = time.ParseDuration(v)
-			if err != nil || keepAlive < 0 || keepAlive > 65535*time.Second {
-				return nil, fmt.Errorf("mqttsink: keepalive=%q: want a duration from 0s (off) to 18h12m15s", v)
-			}
-		case "connect_timeout":
-			connectTimeout, err = time.ParseDuration(v)
-			if err != nil || connectTimeout <= 0 {
-				return nil, fmt.Errorf("mqttsink: connect_timeout=%q: want a positive duration such as 10s", v)
-			}
-		default:
-			return nil, fmt.Errorf("mqttsink: unknown query parameter %q (want topic, client_id, keepalive or connect_timeout)", key)
-		}
-	}
-	tpl, err := parseTopic(topicText)
-	if err != nil {
-		return nil, fmt.Errorf("mqttsink: topic=%q: %w", topicText, err)
-	}
-	return &urlConfig{u: u, host: host, port: port, topic: tpl, clientID: clientID,
-		keepAlive: keepAlive, connectTimeout: connectTimeout}, nil
-}
-
 // New returns a Sink for rawURL:
 //
 //	mqtt://[user:password@]host[:port][?param=value&...]
@@ -330,29 +233,6 @@ func New(rawURL string, opts *Options) (*Sink, error) {
 	return s, nil
 }
 
-// parseTopic parses a topic template and checks its literal parts: the
-// placeholders' values are sanitised per message, the literals must be
-// right as written.
-func parseTopic(text string) (*sinkutil.Template, error) {
-	if text == "" {
-		return nil, errors.New("must not be empty")
-	}
-	tpl, err := sinkutil.ParseTemplate(text)
-	if err != nil {
-		return nil, err
-	}
-	if strings.ContainsAny(text, "+#\x00") {
-		return nil, errors.New("a topic name cannot contain the wildcards + or # or NUL")
-	}
-	if strings.HasPrefix(text, "$") {
-		return nil, errors.New("topics starting with $ are reserved for the broker")
-	}
-	if !utf8.ValidString(text) {
-		return nil, errors.New("not valid UTF-8")
-	}
-	return tpl, nil
-}
-
 func describe(scheme string, user *url.Userinfo, addr string, topic *sinkutil.Template, clientID string, keepAlive, connectTimeout time.Duration) string {
 	return fmt.Sprintf("%s://%s%s?topic=%s&client_id=%s&keepalive=%s&connect_timeout=%s",
 		scheme, sinkutil.ShownUserinfo(user), addr, topic, clientID, keepAlive, connectTimeout)
@@ -428,7 +308,7 @@ func (s *Sink) Publish(ctx context.Context, msg *outbox.Message) error {
 	if err := checkTopic(topic); err != nil {
 		return outbox.Permanent(fmt.Errorf("mqttsink: message %d: topic %q: %w", msg.ID, topic, err))
 	}
-	headers := sinkutil.Headers(msg)
+	headers := reservedHeaders.Headers(msg)
 	props := make(paho.UserProperties, 0, len(headers))
 	for _, h := range headers {
 		if !validUTF8(h.Value) {

@@ -61,7 +61,7 @@ func TestNewURL(t *testing.T) {
 		{"mqtt://broker?keepalive=-1s", "keepalive"},
 		{"mqtt://broker?keepalive=20h", "keepalive"},
 		{"mqtt://broker?connect_timeout=0s", "connect_timeout"},
-		{"mqtt://broker?qos=2", `unknown query parameter "qos"`},
+		{"mqtt://broker?qos=2", `unknown URL parameter "qos" (known: client_id, connect_timeout, keepalive, topic)`},
 		{"mqtt://broker?topic=a&topic=b", "given 2 times"},
 		{"mqtt://relay:hunter2@broker?bogus=1", "bogus"},
 	} {
@@ -110,7 +110,7 @@ func TestPublishProperties(t *testing.T) {
 	require.NotNil(t, r.Props.PayloadFormat)
 	require.Equal(t, byte(1), *r.Props.PayloadFormat)
 	want := paho.UserProperties{}
-	for _, h := range sinkutil.Headers(m) {
+	for _, h := range (sinkutil.Reserved{}).Headers(m) {
 		want = append(want, paho.UserProperty{Key: h.Key, Value: h.Value})
 	}
 	require.Equal(t, want, r.Props.User)
@@ -181,7 +181,7 @@ func TestPacketSize(t *testing.T) {
 				PayloadFormat: &one,
 			},
 		}
-		for _, h := range sinkutil.Headers(m) {
+		for _, h := range (sinkutil.Reserved{}).Headers(m) {
 			p.Properties.User = append(p.Properties.User, paho.UserProperty{Key: h.Key, Value: h.Value})
 		}
 		pb := p.Packet()

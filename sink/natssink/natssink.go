@@ -504,7 +504,7 @@ func headers(msg *outbox.Message) nats.Header {
 	// Nats-* names are the server's (Nats-Msg-Id, Nats-Expected-*,
 	// Nats-TTL...): a producer header among them could forge the dedupe
 	// key or change how the stream stores the message.
-	hs := sinkutil.Headers(msg, "Nats-")
+	hs := reservedHeaders.Headers(msg)
 	h := make(nats.Header, len(hs)+1)
 	// A replay gets its own key, or the stream would drop it as a
 	// duplicate of the original delivery within its window.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,10 +33,17 @@ type config struct {
 	user          string
 }
 
-var queryKeys = []string{
+// query declares the URL's parameters.
+var query = sinkutil.QuerySpec{Known: []string{
 	"connect_timeout", "create_stream", "creds", "duplicate_window", "max_pending",
 	"name", "reconnect_wait", "subject", "timeout",
-}
+}}
+
+// reservedHeaders are the message headers a message's own headers may not
+// set: the sink's Outbox-* headers and the NATS protocol's Nats-* ones
+// (Nats-Msg-Id, Nats-Expected-Stream, ...), which would change how the
+// server stores the message.
+var reservedHeaders = sinkutil.Reserved{Prefixes: []string{"Nats-"}}
 
 // CheckURL reports whether rawURL is a valid NATS sink URL, without
 // connecting anywhere (for configuration checks). The error is the one [New]
@@ -55,13 +61,7 @@ func parseURL(rawURL string) (*config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natssink: malformed URL: %s", sinkutil.Scrub(sinkutil.ParseErrText(err), rawURL))
 	}
-	cfg := &config{
-		connectTimeout: ConnectTimeoutDefault,
-		maxPending:     MaxPendingDefault,
-		name:           NameDefault,
-		reconnectWait:  ReconnectWaitDefault,
-		timeout:        TimeoutDefault,
-	}
+	cfg := &config{}
 	switch strings.ToLower(u.Scheme) {
 	case "nats":
 	case "tls", "nats+tls":
@@ -82,12 +82,12 @@ func parseURL(rawURL string) (*config, error) {
 	if err := cfg.parseHosts(u.Host); err != nil {
 		return nil, err
 	}
-	q, err := url.ParseQuery(u.RawQuery)
+	q, err := query.Parse(u.RawQuery, rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("natssink: malformed query: %w", err)
+		return nil, fmt.Errorf("natssink: %w", err)
 	}
 	if err := cfg.parseQuery(q); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("natssink: %w", err)
 	}
 	return cfg, nil
 }
@@ -135,77 +135,51 @@ func (cfg *config) parseHosts(hosts string) error {
 	return nil
 }
 
-func (cfg *config) parseQuery(q url.Values) error {
-	for k, vs := range q {
-		if !slices.Contains(queryKeys, k) {
-			return fmt.Errorf("natssink: unknown URL parameter %q (known: %s)", k, strings.Join(queryKeys, ", "))
-		}
-		if len(vs) > 1 {
-			return fmt.Errorf("natssink: URL parameter %q given %d times", k, len(vs))
-		}
-	}
-	subject := q.Get("subject")
-	if !q.Has("subject") {
-		subject = SubjectDefault
-	}
-	t, streamSubject, err := parseSubject(subject)
+func (cfg *config) parseQuery(q sinkutil.Query) error {
+	t, streamSubject, err := parseSubject(q.String("subject", SubjectDefault))
 	if err != nil {
-		return fmt.Errorf("natssink: subject: %w", err)
+		return fmt.Errorf("subject: %w", err)
 	}
 	cfg.subject, cfg.streamSubject = t, streamSubject
-
 	if q.Has("create_stream") {
-		cfg.stream = q.Get("create_stream")
+		cfg.stream = q.String("create_stream", "")
 		if err := checkStreamName(cfg.stream); err != nil {
-			return fmt.Errorf("natssink: create_stream: %w", err)
+			return fmt.Errorf("create_stream: %w", err)
 		}
+	} else if q.Has("duplicate_window") {
+		return errors.New("duplicate_window only applies with create_stream")
 	}
-	if q.Has("duplicate_window") {
-		if cfg.stream == "" {
-			return errors.New("natssink: duplicate_window only applies with create_stream")
-		}
+	if err := cfg.parseDurations(q); err != nil {
+		return err
 	}
-	for _, d := range []struct {
-		key string
-		dst *time.Duration
-	}{
-		{"connect_timeout", &cfg.connectTimeout},
-		{"duplicate_window", &cfg.dupWindow},
-		{"reconnect_wait", &cfg.reconnectWait},
-		{"timeout", &cfg.timeout},
-	} {
-		if !q.Has(d.key) {
-			continue
-		}
-		v, err := time.ParseDuration(q.Get(d.key))
-		if err != nil || v <= 0 {
-			return fmt.Errorf("natssink: %s must be a positive duration such as 5s, got %q", d.key, q.Get(d.key))
-		}
-		*d.dst = v
+	if cfg.maxPending, err = q.Int("max_pending", MaxPendingDefault, 1, 0); err != nil {
+		return err
 	}
-	if q.Has("duplicate_window") && cfg.dupWindow < time.Second {
-		return fmt.Errorf("natssink: duplicate_window must be at least 1s, got %s", cfg.dupWindow)
-	}
-	if q.Has("max_pending") {
-		n, err := strconv.Atoi(q.Get("max_pending"))
-		if err != nil || n < 1 {
-			return fmt.Errorf("natssink: max_pending must be a positive integer, got %q", q.Get("max_pending"))
-		}
-		cfg.maxPending = n
-	}
-	if q.Has("name") {
-		cfg.name = q.Get("name")
-	}
+	cfg.name = q.String("name", NameDefault)
 	if q.Has("creds") {
-		cfg.creds = q.Get("creds")
-		if cfg.creds == "" {
-			return errors.New("natssink: creds must name a credentials file")
+		if cfg.creds, err = q.NonEmpty("creds", ""); err != nil {
+			return errors.New("creds must name a credentials file")
 		}
 		if cfg.user != "" || cfg.token != "" {
-			return errors.New("natssink: creds and URL userinfo are exclusive")
+			return errors.New("creds and URL userinfo are exclusive")
 		}
 	}
 	return nil
+}
+
+func (cfg *config) parseDurations(q sinkutil.Query) error {
+	var err error
+	if cfg.connectTimeout, err = q.Duration("connect_timeout", ConnectTimeoutDefault, sinkutil.Positive, 0); err != nil {
+		return err
+	}
+	if cfg.dupWindow, err = q.Duration("duplicate_window", 0, time.Second, 0); err != nil {
+		return err
+	}
+	if cfg.reconnectWait, err = q.Duration("reconnect_wait", ReconnectWaitDefault, sinkutil.Positive, 0); err != nil {
+		return err
+	}
+	cfg.timeout, err = q.Duration("timeout", TimeoutDefault, sinkutil.Positive, 0)
+	return err
 }
 
 // parseSubject parses a subject template and derives the stream subject

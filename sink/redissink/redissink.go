@@ -42,8 +42,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/url"
 	"runtime"
 	"strconv"
 	"strings"
@@ -155,147 +153,27 @@ func New(rawURL string, opts *Options) (*Sink, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
-	if strings.Contains(rawURL, "#") {
-		return nil, errors.New("redissink: URL must not contain a raw '#' (it starts a fragment that would be dropped); write %23")
-	}
-	u, err := url.Parse(rawURL)
+	c, err := parseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("redissink: malformed URL: %s", sinkutil.Scrub(sinkutil.ParseErrText(err), rawURL))
+		return nil, err
 	}
-	switch u.Scheme {
-	case "redis", "rediss":
-	case "":
-		return nil, errors.New("redissink: URL has no scheme; want redis:// or rediss://")
-	default:
-		return nil, fmt.Errorf("redissink: unsupported URL scheme %q; want redis or rediss", u.Scheme)
-	}
-	host := u.Hostname()
-	if host == "" {
-		return nil, fmt.Errorf("redissink: URL has no host; want %s://host:port", u.Scheme)
-	}
-	port := u.Port()
-	if port == "" {
-		port = "6379"
-	} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return nil, fmt.Errorf("redissink: invalid port %q", port)
-	}
-	db := 0
-	if p := strings.Trim(u.Path, "/"); p != "" {
-		db, err = strconv.Atoi(p)
-		if err != nil || db < 0 {
-			return nil, fmt.Errorf("redissink: invalid database %q in URL path; want a number such as /0", p)
-		}
-	}
-
 	s := &Sink{
-		addr:     net.JoinHostPort(host, port),
-		idmp:     IDMPAuto,
+		addr:     c.addr,
+		idmp:     c.idmp,
 		log:      opts.Logger,
-		producer: ProducerDefault,
+		maxLen:   c.maxLen,
+		producer: c.producer,
+		stream:   c.stream,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	} else {
 		routeLibraryLog(opts.Logger)
 	}
-	poolSize := PoolSizeDefault
-	pipeline := false
-	timeout := TimeoutDefault
-	streamText := StreamDefault
-	q, err := url.ParseQuery(u.RawQuery)
-	if err != nil {
-		return nil, fmt.Errorf("redissink: malformed query: %w", err)
-	}
-	for key, vals := range q {
-		if len(vals) != 1 {
-			return nil, fmt.Errorf("redissink: query parameter %s given %d times", key, len(vals))
-		}
-		v := vals[0]
-		switch key {
-		case "stream":
-			streamText = v
-		case "maxlen":
-			s.maxLen, err = strconv.ParseInt(v, 10, 64)
-			if err != nil || s.maxLen < 0 {
-				return nil, fmt.Errorf("redissink: maxlen=%q: want a number >= 0 (0 disables trimming)", v)
-			}
-		case "idmp":
-			switch v {
-			case IDMPAuto, IDMPOn, IDMPOff:
-				s.idmp = v
-			default:
-				return nil, fmt.Errorf("redissink: idmp=%q: want auto, on or off", v)
-			}
-		case "producer":
-			if v == "" {
-				return nil, errors.New("redissink: producer= must not be empty")
-			}
-			s.producer = v
-		case "pool_size":
-			poolSize, err = strconv.Atoi(v)
-			if err != nil || poolSize < 1 {
-				return nil, fmt.Errorf("redissink: pool_size=%q: want a number >= 1", v)
-			}
-		case "pipeline":
-			switch v {
-			case "on":
-				pipeline = true
-			case "off":
-				pipeline = false
-			default:
-				return nil, fmt.Errorf("redissink: pipeline=%q: want on or off", v)
-			}
-		case "timeout":
-			timeout, err = time.ParseDuration(v)
-			if err != nil || timeout <= 0 {
-				return nil, fmt.Errorf("redissink: timeout=%q: want a positive duration such as 5s", v)
-			}
-		default:
-			return nil, fmt.Errorf("redissink: unknown query parameter %q (want stream, maxlen, idmp, producer, pipeline, pool_size or timeout)", key)
-		}
-	}
-	if streamText == "" {
-		return nil, errors.New("redissink: stream= must not be empty")
-	}
-	s.stream, err = sinkutil.ParseTemplate(streamText)
-	if err != nil {
-		return nil, fmt.Errorf("redissink: stream=%q: %w", streamText, err)
-	}
-
-	ro := &redis.Options{
-		Addr:     s.addr,
-		DB:       db,
-		PoolSize: poolSize,
-		// One connection per concurrent publish: keeping as many idle as
-		// the pool holds avoids re-dialing under a steady load.
-		MaxIdleConns:          poolSize,
-		DialTimeout:           timeout,
-		ReadTimeout:           timeout,
-		WriteTimeout:          timeout,
-		PoolTimeout:           timeout,
-		ContextTimeoutEnabled: true,
-		// CLIENT SETINFO does not exist before Redis 7.2; skipping it saves
-		// a failing round trip per new connection there.
-		DisableIdentity: true,
-	}
-	if u.User != nil {
-		ro.Username = u.User.Username()
-		ro.Password, _ = u.User.Password()
-	}
-	if u.Scheme == "rediss" {
-		if opts.TLSConfig != nil {
-			ro.TLSConfig = opts.TLSConfig.Clone()
-		} else {
-			ro.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-		}
-		if ro.TLSConfig.ServerName == "" {
-			ro.TLSConfig.ServerName = host
-		}
-	}
-	s.desc = describe(u, s.addr, db, s, pipeline, poolSize, timeout)
-	s.client = redis.NewClient(ro)
+	s.desc = describe(c)
+	s.client = redis.NewClient(clientOptions(c, opts))
 	s.cmd = s.client
-	if pipeline {
+	if c.pipeline {
 		ap, err := s.client.AutoPipeline()
 		if err != nil {
 			_ = s.client.Close()
@@ -306,15 +184,50 @@ func New(rawURL string, opts *Options) (*Sink, error) {
 	return s, nil
 }
 
+// clientOptions are the go-redis options for c.
+func clientOptions(c *config, opts *Options) *redis.Options {
+	ro := &redis.Options{
+		Addr:     c.addr,
+		DB:       c.db,
+		PoolSize: c.poolSize,
+		// One connection per concurrent publish: keeping as many idle as
+		// the pool holds avoids re-dialing under a steady load.
+		MaxIdleConns:          c.poolSize,
+		DialTimeout:           c.timeout,
+		ReadTimeout:           c.timeout,
+		WriteTimeout:          c.timeout,
+		PoolTimeout:           c.timeout,
+		ContextTimeoutEnabled: true,
+		// CLIENT SETINFO does not exist before Redis 7.2; skipping it saves
+		// a failing round trip per new connection there.
+		DisableIdentity: true,
+	}
+	if c.u.User != nil {
+		ro.Username = c.u.User.Username()
+		ro.Password, _ = c.u.User.Password()
+	}
+	if c.u.Scheme == "rediss" {
+		if opts.TLSConfig != nil {
+			ro.TLSConfig = opts.TLSConfig.Clone()
+		} else {
+			ro.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		if ro.TLSConfig.ServerName == "" {
+			ro.TLSConfig.ServerName = c.u.Hostname()
+		}
+	}
+	return ro
+}
+
 // String describes the sink as a URL with the password hidden and every
 // option spelled out, for logs.
 func (s *Sink) String() string { return s.desc }
 
-func describe(u *url.URL, addr string, db int, s *Sink, pipeline bool, poolSize int, timeout time.Duration) string {
-	user := sinkutil.ShownUserinfo(u.User)
+func describe(c *config) string {
+	user := sinkutil.ShownUserinfo(c.u.User)
 	onOff := map[bool]string{false: "off", true: "on"}
 	return fmt.Sprintf("%s://%s%s/%d?stream=%s&maxlen=%d&idmp=%s&producer=%s&pipeline=%s&pool_size=%d&timeout=%s",
-		u.Scheme, user, addr, db, s.stream, s.maxLen, s.idmp, s.producer, onOff[pipeline], poolSize, timeout)
+		c.u.Scheme, user, c.addr, c.db, c.stream, c.maxLen, c.idmp, c.producer, onOff[c.pipeline], c.poolSize, c.timeout)
 }
 
 // Publish appends msg to its stream and returns once Redis has replied with

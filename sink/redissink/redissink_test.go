@@ -56,7 +56,7 @@ func TestNewURL(t *testing.T) {
 		{"redis://app:hunter2@h:port/", "malformed URL"},
 		{"redis://h/x", "invalid database"},
 		{"redis://h/-1", "invalid database"},
-		{"redis://h?stream=", "stream= must not be empty"},
+		{"redis://h?stream=", "stream must not be empty"},
 		{"redis://h?stream=a:{nope}", "unknown placeholder {nope}"},
 		{"redis://h?stream=a:{event_type", "unclosed placeholder"},
 		{"redis://h?maxlen=-1", "maxlen"},
@@ -67,10 +67,10 @@ func TestNewURL(t *testing.T) {
 		{"redis://h?pipeline=yes", "pipeline"},
 		{"redis://h?timeout=0s", "timeout"},
 		{"redis://h?timeout=soon", "timeout"},
-		{"redis://h?strem=x", `unknown query parameter "strem"`},
+		{"redis://h?strem=x", `unknown URL parameter "strem" (known: idmp, maxlen, pipeline, pool_size, producer, stream, timeout)`},
 		{"redis://h?stream=a&stream=b", "given 2 times"},
 		{"redis://app:hunter2@h?bogus=1", "bogus"},
-		{"redis://h?maxlen=%zz", "malformed query"},
+		{"redis://h?maxlen=%zz", "malformed URL query"},
 	} {
 		s, err := redissink.New(tt.in, nil)
 		require.Error(t, err, tt.in)

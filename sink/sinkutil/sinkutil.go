@@ -4,7 +4,6 @@ package sinkutil
 
 import (
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -29,48 +28,6 @@ const (
 
 // Header is one metadata pair.
 type Header struct{ Key, Value string }
-
-// Headers returns the metadata of m in a fixed order: the Outbox-* headers,
-// then the producer's headers (m.Headers, e.g. traceparent) sorted by name.
-// A producer header never replaces a sink's own: names starting with
-// "Outbox-", and names starting with any of reservedPrefixes (the calling
-// sink's broker protocol headers, such as NATS's "Nats-"), compared without
-// regard to case, are left out. Every other producer header passes, so a
-// "Nats-" header reaches a Kafka, AMQP or MQTT consumer untouched.
-func Headers(m *outbox.Message, reservedPrefixes ...string) []Header {
-	hs := ownHeaders(m)
-	if len(m.Headers) == 0 {
-		return hs
-	}
-	keys := make([]string, 0, len(m.Headers))
-	for k := range m.Headers {
-		if k == "" || reserved(k, reservedPrefixes) {
-			continue
-		}
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		hs = append(hs, Header{k, m.Headers[k]})
-	}
-	return hs
-}
-
-func reserved(name string, prefixes []string) bool {
-	if hasPrefixFold(name, "Outbox-") {
-		return true
-	}
-	for _, p := range prefixes {
-		if p != "" && hasPrefixFold(name, p) {
-			return true
-		}
-	}
-	return false
-}
-
-func hasPrefixFold(s, prefix string) bool {
-	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
-}
 
 func ownHeaders(m *outbox.Message) []Header {
 	hs := []Header{
