@@ -137,6 +137,32 @@ func (s *tracedSink) Publish(ctx context.Context, msg *outbox.Message) error {
 		parent = s.prop.Extract(parent, headerCarrier(msg.Headers))
 	}
 
+	name, attrs := s.spanStart(msg)
+	ctx, span := s.tracer.Start(parent, name, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	returned := false
+	defer func() {
+		if !returned {
+			// A panic on its way to the dispatcher, which sends the
+			// message dead; recovering here would only lose its stack.
+			span.SetStatus(codes.Error, "sink panicked")
+			span.SetAttributes(semconv.ErrorTypeKey.String(ErrorPanic))
+		}
+		span.End()
+	}()
+
+	out := s.withSpanContext(ctx, msg)
+	err := s.next.Publish(ctx, &out)
+	returned = true
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		span.SetAttributes(semconv.ErrorTypeKey.String(Classify(err)))
+	}
+	return err
+}
+
+// spanStart returns the name and attributes of msg's span.
+func (s *tracedSink) spanStart(msg *outbox.Message) (string, []attribute.KeyValue) {
 	var dest string
 	if s.destination != nil {
 		dest = s.destination(msg)
@@ -161,22 +187,15 @@ func (s *tracedSink) Publish(ctx context.Context, msg *outbox.Message) error {
 		name += " " + dest
 		attrs = append(attrs, semconv.MessagingDestinationName(dest))
 	}
-	ctx, span := s.tracer.Start(parent, name, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
-	returned := false
-	defer func() {
-		if !returned {
-			// A panic on its way to the dispatcher, which sends the
-			// message dead; recovering here would only lose its stack.
-			span.SetStatus(codes.Error, "sink panicked")
-			span.SetAttributes(semconv.ErrorTypeKey.String(ErrorPanic))
-		}
-		span.End()
-	}()
+	return name, attrs
+}
 
-	// The copy drops the producer's trace fields before injecting, so it
-	// carries exactly this span's context: none of a malformed or
-	// differently-cased traceparent, or a tracestate the span lacks, is
-	// left behind next to the new one.
+// withSpanContext returns a copy of msg whose headers carry ctx's span
+// context. The copy drops the producer's trace fields before injecting, so
+// it carries exactly this span's context: none of a malformed or
+// differently-cased traceparent, or a tracestate the span lacks, is left
+// behind next to the new one.
+func (s *tracedSink) withSpanContext(ctx context.Context, msg *outbox.Message) outbox.Message {
 	h := make(headerCarrier, len(msg.Headers)+len(s.fields))
 	maps.Copy(h, msg.Headers)
 	for _, f := range s.fields {
@@ -188,15 +207,7 @@ func (s *tracedSink) Publish(ctx context.Context, msg *outbox.Message) error {
 	if len(h) == 0 {
 		out.Headers = nil
 	}
-
-	err := s.next.Publish(ctx, &out)
-	returned = true
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-		span.SetAttributes(semconv.ErrorTypeKey.String(Classify(err)))
-	}
-	return err
+	return out
 }
 
 func (s *tracedSink) Close() error { return s.next.Close() }

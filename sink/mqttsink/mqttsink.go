@@ -160,34 +160,47 @@ func New(rawURL string, opts *Options) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	u, host, port, tpl, clientID, keepAlive, connectTimeout := c.u, c.host, c.port, c.topic, c.clientID, c.keepAlive, c.connectTimeout
-	if clientID == "" {
+	if c.clientID == "" {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
-		clientID = ClientIDPrefix + hex.EncodeToString(b[:])
+		c.clientID = ClientIDPrefix + hex.EncodeToString(b[:])
 	}
-
 	s := &Sink{
-		addr:    net.JoinHostPort(host, port),
+		addr:    net.JoinHostPort(c.host, c.port),
 		log:     opts.Logger,
-		topic:   tpl,
+		topic:   c.topic,
 		changed: make(chan struct{}),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	s.desc = describe(u.Scheme, u.User, s.addr, tpl, clientID, keepAlive, connectTimeout)
+	s.desc = describe(c.u.Scheme, c.u.User, s.addr, c.topic, c.clientID, c.keepAlive, c.connectTimeout)
+	cfg := s.clientConfig(c, opts)
+	// The connection manager lives until Close (Disconnect cancels it).
+	s.cm, err = autopaho.NewConnection(context.Background(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("mqttsink: %w", err)
+	}
+	return s, nil
+}
 
+func describe(scheme string, user *url.Userinfo, addr string, topic *sinkutil.Template, clientID string, keepAlive, connectTimeout time.Duration) string {
+	return fmt.Sprintf("%s://%s%s?topic=%s&client_id=%s&keepalive=%s&connect_timeout=%s",
+		scheme, sinkutil.ShownUserinfo(user), addr, topic, clientID, keepAlive, connectTimeout)
+}
+
+// clientConfig is the connection manager's configuration for c.
+func (s *Sink) clientConfig(c *urlConfig, opts *Options) autopaho.ClientConfig {
 	// The server URL autopaho sees has no userinfo, so no error it builds
 	// can carry the password.
-	server := &url.URL{Scheme: u.Scheme, Host: s.addr}
+	server := &url.URL{Scheme: c.u.Scheme, Host: s.addr}
 	cfg := autopaho.ClientConfig{
 		ServerUrls:                    []*url.URL{server},
-		KeepAlive:                     uint16(keepAlive / time.Second),
+		KeepAlive:                     uint16(c.keepAlive / time.Second),
 		CleanStartOnInitialConnection: true,
 		SessionExpiryInterval:         0,
 		ReconnectBackoff:              autopaho.NewExponentialBackoff(100*time.Millisecond, ReconnectMaxDelay, 500*time.Millisecond, 2),
-		ConnectTimeout:                connectTimeout,
+		ConnectTimeout:                c.connectTimeout,
 		// autopaho clears Clean Start after the first connection, to resume
 		// the session; the sink never resumes one (a publish whose PUBACK
 		// was lost is reported retryable instead), so every connection
@@ -205,37 +218,27 @@ func New(rawURL string, opts *Options) (*Sink, error) {
 		Errors:     libraryLog("mqttsink: autopaho", s.log),
 		PahoErrors: libraryLog("mqttsink: paho", s.log),
 		ClientConfig: paho.ClientConfig{
-			ClientID:      clientID,
+			ClientID:      c.clientID,
 			PacketTimeout: packetTimeout,
 		},
 	}
-	if u.User != nil {
-		cfg.ConnectUsername = u.User.Username()
-		if pw, ok := u.User.Password(); ok {
+	if c.u.User != nil {
+		cfg.ConnectUsername = c.u.User.Username()
+		if pw, ok := c.u.User.Password(); ok {
 			cfg.ConnectPassword = []byte(pw)
 		}
 	}
-	if u.Scheme == "mqtts" {
+	if c.u.Scheme == "mqtts" {
 		if opts.TLSConfig != nil {
 			cfg.TlsCfg = opts.TLSConfig.Clone()
 		} else {
 			cfg.TlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
 		}
 		if cfg.TlsCfg.ServerName == "" {
-			cfg.TlsCfg.ServerName = host
+			cfg.TlsCfg.ServerName = c.host
 		}
 	}
-	// The connection manager lives until Close (Disconnect cancels it).
-	s.cm, err = autopaho.NewConnection(context.Background(), cfg)
-	if err != nil {
-		return nil, fmt.Errorf("mqttsink: %w", err)
-	}
-	return s, nil
-}
-
-func describe(scheme string, user *url.Userinfo, addr string, topic *sinkutil.Template, clientID string, keepAlive, connectTimeout time.Duration) string {
-	return fmt.Sprintf("%s://%s%s?topic=%s&client_id=%s&keepalive=%s&connect_timeout=%s",
-		scheme, sinkutil.ShownUserinfo(user), addr, topic, clientID, keepAlive, connectTimeout)
+	return cfg
 }
 
 // String describes the sink as a URL with the password hidden and every
@@ -304,29 +307,11 @@ func (s *Sink) awaitConnection(ctx context.Context, topic string) (context.Conte
 // Publish sends msg at QoS 1 and returns once the broker's PUBACK arrives,
 // classified as in the package doc.
 func (s *Sink) Publish(ctx context.Context, msg *outbox.Message) error {
-	topic := s.topic.Expand(msg, sanitize)
-	if err := checkTopic(topic); err != nil {
-		return outbox.Permanent(fmt.Errorf("mqttsink: message %d: topic %q: %w", msg.ID, topic, err))
+	p, err := s.packet(msg)
+	if err != nil {
+		return err
 	}
-	headers := reservedHeaders.Headers(msg)
-	props := make(paho.UserProperties, 0, len(headers))
-	for _, h := range headers {
-		if !validUTF8(h.Value) {
-			return outbox.Permanent(fmt.Errorf("mqttsink: message %d: %s is not valid MQTT UTF-8 (invalid UTF-8 or NUL)", msg.ID, h.Key))
-		}
-		props = append(props, paho.UserProperty{Key: h.Key, Value: h.Value})
-	}
-	utf8Payload := byte(1)
-	p := &paho.Publish{
-		QoS:     1,
-		Topic:   topic,
-		Payload: msg.Payload,
-		Properties: &paho.PublishProperties{
-			ContentType:   "application/json",
-			PayloadFormat: &utf8Payload,
-			User:          props,
-		},
-	}
+	topic := p.Topic
 	if err := ctx.Err(); err != nil {
 		return outbox.Retryable(fmt.Errorf("mqttsink: PUBLISH %s on %s: %w", topic, s.addr, err))
 	}
@@ -351,6 +336,41 @@ func (s *Sink) Publish(ctx context.Context, msg *outbox.Message) error {
 	if err == nil {
 		return nil
 	}
+	return s.publishError(ctx, pctx, topic, resp, err)
+}
+
+// packet builds msg's PUBLISH packet; a topic or header MQTT cannot carry
+// is a permanent error.
+func (s *Sink) packet(msg *outbox.Message) (*paho.Publish, error) {
+	topic := s.topic.Expand(msg, sanitize)
+	if err := checkTopic(topic); err != nil {
+		return nil, outbox.Permanent(fmt.Errorf("mqttsink: message %d: topic %q: %w", msg.ID, topic, err))
+	}
+	headers := reservedHeaders.Headers(msg)
+	props := make(paho.UserProperties, 0, len(headers))
+	for _, h := range headers {
+		if !validUTF8(h.Value) {
+			return nil, outbox.Permanent(fmt.Errorf("mqttsink: message %d: %s is not valid MQTT UTF-8 (invalid UTF-8 or NUL)", msg.ID, h.Key))
+		}
+		props = append(props, paho.UserProperty{Key: h.Key, Value: h.Value})
+	}
+	utf8Payload := byte(1)
+	return &paho.Publish{
+		QoS:     1,
+		Topic:   topic,
+		Payload: msg.Payload,
+		Properties: &paho.PublishProperties{
+			ContentType:   "application/json",
+			PayloadFormat: &utf8Payload,
+			User:          props,
+		},
+	}, nil
+}
+
+// publishError classifies a failed PUBLISH: ctx is the caller's context,
+// pctx the publish's own (cancelled with errConnectionLost when the
+// connection drops).
+func (s *Sink) publishError(ctx, pctx context.Context, topic string, resp *paho.PublishResponse, err error) error {
 	if resp != nil && resp.ReasonCode >= 0x80 {
 		reason := ""
 		if resp.Properties != nil {

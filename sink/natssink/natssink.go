@@ -239,9 +239,8 @@ var (
 	subscribeViolationRe = regexp.MustCompile(`(?i)subscription to "([^"]+)"`)
 )
 
-func (s *Sink) dial() (*conn, error) {
-	c := &conn{closed: make(chan struct{}), ready: make(chan struct{})}
-	c.events.Store(newViolation())
+// options are the client options the URL and Options decide.
+func (s *Sink) options() []nats.Option {
 	o := []nats.Option{
 		nats.Name(s.cfg.name),
 		nats.Timeout(s.cfg.connectTimeout),
@@ -257,6 +256,28 @@ func (s *Sink) dial() (*conn, error) {
 		nats.IgnoreAuthErrorAbort(),
 		nats.PingInterval(pingInterval),
 		nats.MaxPingsOutstanding(maxPingsOut),
+	}
+	switch {
+	case s.cfg.user != "":
+		o = append(o, nats.UserInfo(s.cfg.user, s.cfg.password))
+	case s.cfg.token != "":
+		o = append(o, nats.Token(s.cfg.token))
+	case s.cfg.creds != "":
+		o = append(o, nats.UserCredentials(s.cfg.creds))
+	}
+	if s.cfg.tls {
+		if s.tlsConfig != nil {
+			o = append(o, nats.Secure(s.tlsConfig.Clone()))
+		} else {
+			o = append(o, nats.Secure())
+		}
+	}
+	return o
+}
+
+// handlers are the client's connection event handlers for c.
+func (s *Sink) handlers(c *conn) []nats.Option {
+	return []nats.Option{
 		nats.ConnectHandler(func(*nats.Conn) {
 			c.setConnErr(nil)
 			c.markReady()
@@ -290,21 +311,12 @@ func (s *Sink) dial() (*conn, error) {
 			s.onAsyncError(c, err)
 		}),
 	}
-	switch {
-	case s.cfg.user != "":
-		o = append(o, nats.UserInfo(s.cfg.user, s.cfg.password))
-	case s.cfg.token != "":
-		o = append(o, nats.Token(s.cfg.token))
-	case s.cfg.creds != "":
-		o = append(o, nats.UserCredentials(s.cfg.creds))
-	}
-	if s.cfg.tls {
-		if s.tlsConfig != nil {
-			o = append(o, nats.Secure(s.tlsConfig.Clone()))
-		} else {
-			o = append(o, nats.Secure())
-		}
-	}
+}
+
+func (s *Sink) dial() (*conn, error) {
+	c := &conn{closed: make(chan struct{}), ready: make(chan struct{})}
+	c.events.Store(newViolation())
+	o := append(s.options(), s.handlers(c)...)
 	nc, err := nats.Connect(s.servers, o...)
 	if err != nil {
 		return nil, fmt.Errorf("natssink: connecting to %s: %w", s.servers, err)
@@ -430,23 +442,8 @@ func (s *Sink) publish(ctx context.Context, subject string, msg *outbox.Message)
 	}
 	// Until its first connection the client knows nothing of the server,
 	// not even that it takes headers, so publishes wait for it.
-	for waiting := true; waiting; {
-		select {
-		case <-c.ready:
-			waiting = false
-		case <-c.closed:
-			return errConnClosed
-		case <-ev.fired:
-			if ev.matches(subject) {
-				return ev.err
-			}
-			ev = ev.next
-		case <-ctx.Done():
-			if err := c.authError(); err != nil {
-				return err
-			}
-			return fmt.Errorf("not connected yet: %w", ctx.Err())
-		}
+	if _, ev, err = await(ctx, c, ev, subject, "not connected yet", c.ready, nil); err != nil {
+		return err
 	}
 	if err := s.ensureStream(ctx, c); err != nil {
 		return err
@@ -471,27 +468,37 @@ func (s *Sink) publish(ctx context.Context, subject string, msg *outbox.Message)
 	if err != nil {
 		return err
 	}
+	ack, _, err := await(ctx, c, ev, subject, "no PubAck", paf.Ok(), paf.Err())
+	if err == nil && ack.Duplicate {
+		s.log.Debug("natssink: duplicate publish", slog.String("id", msg.IDString()), slog.String("stream", ack.Stream))
+	}
+	return err
+}
+
+// await waits for a value on done, an error on failed, or the end of the
+// publish: the connection closes, a permission violation for subject
+// arrives (ev is the head of the violation list to watch; the head reached
+// is returned), or ctx ends (what says what had not happened yet).
+func await[T any](ctx context.Context, c *conn, ev *violation, subject, what string, done <-chan T, failed <-chan error) (T, *violation, error) {
+	var zero T
 	for {
 		select {
-		case ack := <-paf.Ok():
-			if ack.Duplicate {
-				s.log.Debug("natssink: duplicate publish", slog.String("id", msg.IDString()), slog.String("stream", ack.Stream))
-			}
-			return nil
-		case err := <-paf.Err():
-			return err
+		case v := <-done:
+			return v, ev, nil
+		case err := <-failed:
+			return zero, ev, err
 		case <-c.closed:
-			return errConnClosed
+			return zero, ev, errConnClosed
 		case <-ev.fired:
 			if ev.matches(subject) {
-				return ev.err
+				return zero, ev, ev.err
 			}
 			ev = ev.next
 		case <-ctx.Done():
 			if err := c.authError(); err != nil {
-				return err
+				return zero, ev, err
 			}
-			return fmt.Errorf("no PubAck: %w", ctx.Err())
+			return zero, ev, fmt.Errorf("%s: %w", what, ctx.Err())
 		}
 	}
 }
