@@ -9,20 +9,6 @@ import (
 	"github.com/outboxd/outbox/internal/store"
 )
 
-type outcomeKind uint8
-
-const (
-	kindDone outcomeKind = iota
-	kindRetried
-	kindDeferred
-	kindDead
-	kindReleased
-)
-
-func (k outcomeKind) String() string {
-	return [...]string{"done", "retry", "defer", "dead", "released"}[k]
-}
-
 // classify turns a publish result into the fenced write that records it.
 //
 //   - nil: done.
@@ -34,11 +20,11 @@ func (k outcomeKind) String() string {
 //   - Retryable, a publish timeout, or an unclassified error: pending after a
 //     full-jitter backoff; dead when this was the last attempt. Unclassified
 //     errors are logged at error level so a sink's missing case surfaces.
-func (d *Dispatcher) classify(j *job, err error) result {
-	m := &j.msg
-	r := result{job: j, err: err, outcome: store.RowWrite{ID: m.ID, LeaseVersion: m.FencingToken}}
+func (d *Dispatcher) classify(c *claimed, err error) verdict {
+	m := &c.msg
+	r := verdict{claim: c, err: err, write: store.RowWrite{ID: m.ID, LeaseVersion: m.FencingToken}}
 	if err == nil {
-		r.kind, r.outcome.Status = kindDone, store.StatusDone
+		r.outcome, r.write.Status = OutcomeDone, store.StatusDone
 		return r
 	}
 	msg := err.Error()
@@ -51,18 +37,18 @@ func (d *Dispatcher) classify(j *job, err error) result {
 	)
 	switch {
 	case errors.As(err, &deferErr):
-		delay, ok := d.deferDelay(j, deferErr.Delay)
+		delay, ok := d.deferDelay(c, deferErr.Delay)
 		if !ok {
 			return d.dead(r, "defer max age exceeded: "+msg)
 		}
-		r.kind = kindDeferred
-		r.outcome.Status, r.outcome.Delay, r.outcome.Refund, r.outcome.Error = store.StatusPending, delay, true, msg
+		r.outcome = OutcomeDefer
+		r.write.Status, r.write.Delay, r.write.Refund, r.write.Error = store.StatusPending, delay, true, msg
 		return r
 	case errors.As(err, &unavErr):
 		// A condition of the connection, not of the message: no attempt spent.
-		r.kind = kindDeferred
-		r.outcome.Status, r.outcome.Refund, r.outcome.Error = store.StatusPending, true, msg
-		r.outcome.Delay = max(d.retryFloor(unavErr.After), UnavailableDelayDefault)
+		r.outcome = OutcomeDefer
+		r.write.Status, r.write.Refund, r.write.Error = store.StatusPending, true, msg
+		r.write.Delay = max(d.retryFloor(unavErr.After), UnavailableDelayDefault)
 		return r
 	case errors.As(err, &permErr), errors.As(err, &panicErr):
 		return d.dead(r, msg)
@@ -86,30 +72,30 @@ func (d *Dispatcher) classify(j *job, err error) result {
 	if m.Attempt >= d.cfg.MaxAttempts {
 		return d.dead(r, "retries exhausted: "+msg)
 	}
-	r.kind = kindRetried
-	r.outcome.Status = store.StatusPending
-	r.outcome.Delay = FullJitter(m.Attempt, d.cfg.RetryBase, d.cfg.RetryCap, floor)
-	r.outcome.Error = msg
+	r.outcome = OutcomeRetry
+	r.write.Status = store.StatusPending
+	r.write.Delay = FullJitter(m.Attempt, d.cfg.RetryBase, d.cfg.RetryCap, floor)
+	r.write.Error = msg
 	return r
 }
 
-func (d *Dispatcher) dead(r result, msg string) result {
-	r.kind = kindDead
-	r.outcome.Status, r.outcome.Error = store.StatusDead, msg
+func (d *Dispatcher) dead(r verdict, msg string) verdict {
+	r.outcome = OutcomeDead
+	r.write.Status, r.write.Error = store.StatusDead, msg
 	return r
 }
 
-// deferDelay is how long a defer of j by delay (zero: DeferDelay) postpones
+// deferDelay is how long a defer of c by delay (zero: DeferDelay) postpones
 // it: no further than DeferMaxAge still allows, measured from created_at on
 // the database's clock. ok is false when the message is already past it.
-func (d *Dispatcher) deferDelay(j *job, delay time.Duration) (_ time.Duration, ok bool) {
+func (d *Dispatcher) deferDelay(c *claimed, delay time.Duration) (_ time.Duration, ok bool) {
 	if delay == 0 {
 		delay = d.cfg.DeferDelay
 	}
 	if d.cfg.DeferMaxAge < 0 {
 		return delay, true
 	}
-	left := j.msg.CreatedAt.Add(d.cfg.DeferMaxAge).Sub(j.dbTime())
+	left := c.msg.CreatedAt.Add(d.cfg.DeferMaxAge).Sub(c.dbTime())
 	if left <= 0 {
 		return 0, false
 	}

@@ -72,7 +72,9 @@ type HeartbeatEvent struct {
 	Err      error
 }
 
-// Outcome is what became of one claimed message.
+// Outcome is what became of one claimed message. It is the one vocabulary
+// of outcomes: [Stats] counts them, [SettleEvent] carries them, log lines
+// and the metrics package's outcome label spell them the same way.
 type Outcome string
 
 // Outcomes.
@@ -84,6 +86,23 @@ const (
 	OutcomeReleased  Outcome = "released"
 	OutcomeLeaseLost Outcome = "lease_lost"
 )
+
+// outcomes lists every Outcome.
+var outcomes = [...]Outcome{OutcomeDone, OutcomeRetry, OutcomeDefer, OutcomeDead, OutcomeReleased, OutcomeLeaseLost}
+
+// Outcomes returns every [Outcome], for a metrics system to initialise one
+// series per outcome.
+func Outcomes() []Outcome { return append([]Outcome(nil), outcomes[:]...) }
+
+// index is o's position in outcomes (-1 for an unknown outcome).
+func (o Outcome) index() int {
+	for i, x := range outcomes {
+		if x == o {
+			return i
+		}
+	}
+	return -1
+}
 
 // SettleEvent describes one message's outcome.
 type SettleEvent struct {
@@ -97,8 +116,4 @@ type SettleEvent struct {
 	Lag time.Duration
 	// Err is the publish error, if any.
 	Err error
-}
-
-func (k outcomeKind) outcome() Outcome {
-	return [...]Outcome{OutcomeDone, OutcomeRetry, OutcomeDefer, OutcomeDead, OutcomeReleased}[k]
 }

@@ -33,34 +33,27 @@ type Stats struct {
 }
 
 type counters struct {
-	claims, finalizes, claimed              atomic.Int64
-	done, retried, deferred, dead, released atomic.Int64
-	leaseLost, wakeups, heartbeats, hung    atomic.Int64
-	sinkPauses                              atomic.Int64
+	claims, finalizes, claimed            atomic.Int64
+	wakeups, heartbeats, hung, sinkPauses atomic.Int64
+	// settled counts fenced writes by outcome, indexed like outcomes.
+	settled [len(outcomes)]atomic.Int64
 }
 
-func (c *counters) count(k outcomeKind) {
-	switch k {
-	case kindDone:
-		c.done.Add(1)
-	case kindRetried:
-		c.retried.Add(1)
-	case kindDeferred:
-		c.deferred.Add(1)
-	case kindDead:
-		c.dead.Add(1)
-	case kindReleased:
-		c.released.Add(1)
+func (c *counters) count(o Outcome) {
+	if i := o.index(); i >= 0 {
+		c.settled[i].Add(1)
 	}
 }
+
+func (c *counters) of(o Outcome) int64 { return c.settled[o.index()].Load() }
 
 // Stats returns a snapshot of the dispatcher's counters.
 func (d *Dispatcher) Stats() Stats {
 	c := &d.stats
 	return Stats{
 		Claims: c.claims.Load(), Finalizes: c.finalizes.Load(), Claimed: c.claimed.Load(),
-		Done: c.done.Load(), Retried: c.retried.Load(), Deferred: c.deferred.Load(),
-		Dead: c.dead.Load(), Released: c.released.Load(), LeaseLost: c.leaseLost.Load(),
+		Done: c.of(OutcomeDone), Retried: c.of(OutcomeRetry), Deferred: c.of(OutcomeDefer),
+		Dead: c.of(OutcomeDead), Released: c.of(OutcomeReleased), LeaseLost: c.of(OutcomeLeaseLost),
 		Wakeups: c.wakeups.Load(), Heartbeats: c.heartbeats.Load(), HungPublishes: c.hung.Load(),
 		SinkPauses: c.sinkPauses.Load(),
 	}

@@ -3,35 +3,56 @@ package outbox
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"github.com/outboxd/outbox/internal/failpoint"
 	"github.com/outboxd/outbox/internal/store"
 )
 
-// work publishes jobs until jobs is closed. Once ctx is done, jobs not yet
+// verdict is a worker's answer for one claimed row: its outcome, the fenced
+// write that records it, and what the publish returned.
+type verdict struct {
+	claim   *claimed
+	outcome Outcome
+	write   store.RowWrite
+	err     error
+	// publishDur is how long Publish took; zero if it was not called.
+	publishDur time.Duration
+}
+
+// worker publishes claimed rows and returns one verdict for each.
+type worker struct {
+	d      *Dispatcher
+	leases *leaseRegistry
+}
+
+// run publishes claims until in is closed. Once ctx is done, claims not yet
 // started are released instead of published.
-func (d *Dispatcher) work(ctx context.Context, jobs <-chan *job, results chan<- result) {
-	for j := range jobs {
-		results <- d.process(ctx, j)
+func (w *worker) run(ctx context.Context, in <-chan *claimed, out chan<- verdict) {
+	for c := range in {
+		out <- w.process(ctx, c)
 	}
 }
 
-// process publishes one job, or releases it unpublished when it cannot be
-// given a useful publish, and returns the outcome to write.
-func (d *Dispatcher) process(ctx context.Context, j *job) result {
+// process publishes one claim, or releases it unpublished when it cannot be
+// given a useful publish.
+func (w *worker) process(ctx context.Context, c *claimed) verdict {
+	d := w.d
 	if ctx.Err() != nil {
-		return d.release(j, "released at shutdown")
+		return release(c, "released at shutdown")
 	}
 	if d.breaker.paused() {
-		return d.release(j, "released unpublished: sink unavailable")
+		return release(c, "released unpublished: sink unavailable")
 	}
-	remaining := j.untilDeadline()
+	remaining := w.leases.untilDeadline(c.lease())
 	if remaining < d.startWindow() {
 		// Waited in its batch until too little of its lease is left for a
 		// useful publish: the lease cap is not the message's fault, so
 		// the attempt is refunded rather than spent on a cut-short try.
-		return d.release(j, "released unpublished: lease too close to expiry")
+		return release(c, "released unpublished: lease too close to expiry")
 	}
 	timeout, capped := d.cfg.PublishTimeout, false
 	if d.cfg.HeartbeatInterval == 0 && remaining < timeout {
@@ -39,28 +60,38 @@ func (d *Dispatcher) process(ctx context.Context, j *job) result {
 		// inside it.
 		timeout, capped = remaining, true
 	}
-	// In-flight publishes finish on shutdown: their context is not
-	// cancelled with ctx, only bounded by the publish timeout, or by a
-	// heartbeat that finds the lease lost.
-	cctx, cancelCause := context.WithCancelCause(context.WithoutCancel(ctx))
-	defer cancelCause(nil)
-	pctx, cancel := context.WithTimeout(cctx, timeout)
-	defer cancel()
-	d.startFlight(j, cancelCause)
-	endSection := failpoint.During("mid-publish")
-	err := d.publish(pctx, &j.msg)
-	endSection()
-	failpoint.Hit("after-publish")
-	j.publishDur = time.Since(time.Unix(0, j.started.Load()))
-	j.phase.Store(phasePublished)
-	d.sizer.observe(j.publishDur)
+	pctx, took, err := w.publishTimed(ctx, c, timeout)
+	d.sizer.observe(took)
 	d.observeSink(err)
 	if capped && err != nil && errors.Is(pctx.Err(), context.DeadlineExceeded) && transient(err) {
 		// Timed out at the lease's end, not at PublishTimeout: the
 		// message's attempt is not spent on the lease running short.
-		return d.release(j, "released: publish cut short by the lease")
+		v := release(c, "released: publish cut short by the lease")
+		v.publishDur = took
+		return v
 	}
-	return d.classify(j, err)
+	v := d.classify(c, err)
+	v.publishDur = took
+	return v
+}
+
+// publishTimed runs one publish bounded by timeout and reports it to the
+// lease registry, so heartbeats extend its lease and may cancel it. In-flight
+// publishes finish on shutdown: their context is not cancelled with ctx, only
+// bounded by the timeout, or by a heartbeat that finds the lease lost. It
+// returns the publish's (ended) context, its duration and its error.
+func (w *worker) publishTimed(ctx context.Context, c *claimed, timeout time.Duration) (context.Context, time.Duration, error) {
+	cctx, cancelCause := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelCause(nil)
+	pctx, cancel := context.WithTimeout(cctx, timeout)
+	defer cancel()
+	w.leases.begin(c.lease(), cancelCause)
+	endSection := failpoint.During("mid-publish")
+	err := w.d.publish(pctx, &c.msg)
+	endSection()
+	failpoint.Hit("after-publish")
+	took := w.leases.end(c.lease())
+	return pctx, took, err
 }
 
 // startWindow is the least lease a row must have left for its publish to
@@ -75,19 +106,6 @@ func (d *Dispatcher) startWindow() time.Duration {
 	return min(d.cfg.PublishTimeout, d.cfg.Lease/4)
 }
 
-// startFlight records that j's publish begins: from now on heartbeats
-// extend its lease and may cancel it.
-func (d *Dispatcher) startFlight(j *job, cancel context.CancelCauseFunc) {
-	j.started.Store(time.Now().UnixNano())
-	j.phase.Store(phasePublishing)
-	d.flightsMu.Lock()
-	j.cancel = cancel
-	if d.cfg.HeartbeatInterval > 0 {
-		d.flights[j.lease()] = j
-	}
-	d.flightsMu.Unlock()
-}
-
 // transient reports whether err would be retried: not permanent, not a
 // defer or an unavailable sink (which say something the sink knows), not a
 // panic.
@@ -96,8 +114,34 @@ func transient(err error) bool {
 	return !IsPermanent(err) && !IsDefer(err) && !IsUnavailable(err) && !errors.As(err, &p)
 }
 
-func (d *Dispatcher) release(j *job, reason string) result {
-	return result{job: j, kind: kindReleased, outcome: store.RowWrite{
-		ID: j.msg.ID, LeaseVersion: j.msg.FencingToken, Status: store.StatusPending, Refund: true,
+// release returns c to pending unpublished, its attempt refunded.
+func release(c *claimed, reason string) verdict {
+	return verdict{claim: c, outcome: OutcomeReleased, write: store.RowWrite{
+		ID: c.msg.ID, LeaseVersion: c.msg.FencingToken, Status: store.StatusPending, Refund: true,
 	}, err: errors.New(reason)}
 }
+
+// publish calls the sink, turning a panic into an error.
+func (d *Dispatcher) publish(ctx context.Context, msg *Message) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			d.log.ErrorContext(ctx, "sink panicked; message goes dead",
+				slog.Int64("outbox_id", msg.ID), slog.Int64("lease_version", msg.FencingToken),
+				slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+			err = &panicError{value: p}
+		}
+	}()
+	// Test builds only: a sink that hangs ignoring its context, or fails
+	// with an error text of arbitrary bytes.
+	if err := failpoint.Error("publish-hang"); err != nil {
+		return err
+	}
+	if err := failpoint.Error("publish-error"); err != nil {
+		return err
+	}
+	return d.sink.Publish(ctx, msg)
+}
+
+type panicError struct{ value any }
+
+func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }

@@ -83,10 +83,7 @@ var (
 // outcomes are every publish outcome, initialised to 0 so each series exists
 // from the start (a rate over a series that appears late misses its first
 // increment).
-var outcomes = []outbox.Outcome{
-	outbox.OutcomeDone, outbox.OutcomeRetry, outbox.OutcomeDefer,
-	outbox.OutcomeDead, outbox.OutcomeReleased, outbox.OutcomeLeaseLost,
-}
+var outcomes = outbox.Outcomes()
 
 // statuses are the values of outbox_messages' status label.
 var statuses = []string{"pending", "processing", "done", "dead"}

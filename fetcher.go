@@ -1,0 +1,286 @@
+package outbox
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/outboxd/outbox/internal/failpoint"
+	"github.com/outboxd/outbox/internal/store"
+)
+
+// claimed is one leased row on its way from the fetcher to a worker. It is
+// not changed after the fetcher emits it; what changes while the row is in
+// the dispatcher (its deadline, its publish) lives in the lease registry.
+type claimed struct {
+	msg Message
+	// dbNow is the database's now() at claim time; claimedAt the local
+	// monotonic time then. Together they date an outcome on the database's
+	// clock.
+	dbNow     time.Time
+	claimedAt time.Time
+}
+
+func (c *claimed) lease() store.Lease { return store.Lease{ID: c.msg.ID, Version: c.msg.FencingToken} }
+
+// dbTime is the database's clock now, as estimated from the claim.
+func (c *claimed) dbTime() time.Time { return c.dbNow.Add(time.Since(c.claimedAt)) }
+
+// fetcher claims batches while there is capacity and work, and hands each
+// claimed row to the workers. With no work it sleeps on notifications and
+// the poll interval. It owns the claim loop's state: the waiter
+// registration, the ordered sweep's cursor, the cooldown and the error
+// backoff.
+type fetcher struct {
+	d      *Dispatcher
+	drain  bool // return once nothing is left to deliver
+	slots  *slots
+	leases *leaseRegistry
+	out    chan<- *claimed
+
+	buf        []store.Row
+	waiting    bool // our waiter row is registered
+	clearWait  bool // clear it with the next claim
+	errBackoff time.Duration
+	// registeredAt is when the waiter row was last registered.
+	registeredAt time.Time
+	// cursor is where the ordered claim's sweep over aggregates resumes
+	// (nil: at the first aggregate).
+	cursor *string
+	cool   cooldown
+	poll   *time.Timer
+}
+
+// run claims until ctx is done, or in drain mode until nothing is left.
+func (f *fetcher) run(ctx context.Context) {
+	f.cool = cooldown{max: f.d.cfg.FetchCooldown}
+	f.poll = time.NewTimer(f.d.cfg.PollInterval)
+	defer f.poll.Stop()
+	for ctx.Err() == nil && f.step(ctx) {
+	}
+}
+
+// step is one turn of the loop: wait for room, claim, then hand the rows
+// over or go idle. It returns false when the fetcher is to stop.
+func (f *fetcher) step(ctx context.Context) bool {
+	room := f.slots.room(f.d.sizer, f.d.cfg.BatchSize)
+	if room == 0 {
+		// The workers hold as many rows as they can start well inside
+		// the lease: wait for the completer.
+		select {
+		case <-ctx.Done():
+			return false
+		case <-f.slots.released():
+			return true
+		}
+	}
+	batch, wait, extra := f.gate()
+	batch = min(batch, int(room))
+	if batch == 0 {
+		return f.sleep(ctx, extra, wait)
+	}
+	start := time.Now()
+	rows, dbNow, err := f.claim(ctx, batch)
+	if err != nil {
+		return f.claimFailed(ctx, err)
+	}
+	f.errBackoff = 0
+	if f.clearWait {
+		f.clearWait, f.waiting = false, false
+	}
+	if len(rows) == 0 {
+		return f.idle(ctx)
+	}
+	f.emit(rows, start, dbNow)
+	if len(rows) < batch {
+		// A partial batch: the backlog is drained and rows trickle in.
+		// Claiming again at once would take them a few at a time, each
+		// claim and finalize costing the database nearly what a full batch
+		// does; pacing claims by what they cost (see cooldown) batches a
+		// trickle at the price of that much latency.
+		return pause(ctx, f.cool.pause())
+	}
+	return true
+}
+
+// claim runs one claim statement for up to batch rows. The claim is not
+// cancelled by shutdown: a claim cut off after the server committed it
+// would strand its rows until their leases expire. Rows it returns after
+// shutdown began are released by the workers.
+func (f *fetcher) claim(ctx context.Context, batch int) ([]store.Row, time.Time, error) {
+	d := f.d
+	start := time.Now()
+	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	params := store.ClaimParams{
+		Owner: d.cfg.Owner, Batch: batch, Lease: d.cfg.Lease, MaxAttempts: d.cfg.MaxAttempts,
+		ClearWait: f.clearWait, Cursor: f.cursor,
+	}
+	var rows []store.Row
+	var dbNow time.Time
+	var err error
+	if d.cfg.Ordered {
+		rows, dbNow, f.cursor, err = d.store.ClaimOrdered(claimCtx, d.pool, params, f.buf)
+	} else {
+		rows, dbNow, err = d.store.Claim(claimCtx, d.pool, params, f.buf)
+	}
+	if err == nil {
+		f.cool.claimed(time.Since(start), len(rows), f.clearWait)
+	}
+	d.breaker.claimed(len(rows))
+	d.stats.claims.Add(1)
+	d.hook.OnClaim(ClaimEvent{Rows: len(rows), Duration: time.Since(start), Err: err})
+	return rows, dbNow, err
+}
+
+// emit takes slots for claimed rows, registers their leases and hands them
+// to the workers. start is when the claim was sent: leases are measured
+// from then.
+func (f *fetcher) emit(rows []store.Row, start, dbNow time.Time) {
+	d := f.d
+	failpoint.Hit("after-claim")
+	d.stats.claimed.Add(int64(len(rows)))
+	f.slots.take(len(rows))
+	claimedAt := time.Now()
+	claims := make([]claimed, len(rows))
+	leases := make([]store.Lease, len(rows))
+	for i := range rows {
+		r := &rows[i]
+		claims[i] = claimed{
+			msg: Message{
+				ID: r.ID, IDNamespace: d.cfg.IDNamespace, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
+				EventType: r.EventType, Payload: r.Payload, CreatedAt: r.CreatedAt,
+				Attempt: r.Attempts, FencingToken: r.LeaseVersion, Headers: d.headers(r),
+			},
+			dbNow:     dbNow,
+			claimedAt: claimedAt,
+		}
+		leases[i] = claims[i].lease()
+	}
+	f.leases.add(leases, start.Add(d.cfg.Lease-d.cfg.Lease/10))
+	for i := range claims {
+		f.out <- &claims[i]
+	}
+	f.buf = rows[:0]
+}
+
+// claimFailed backs off after a failed claim; database errors are never
+// fatal, since delivery must resume once the database does.
+func (f *fetcher) claimFailed(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	f.errBackoff = min(max(f.errBackoff*2, 50*time.Millisecond), f.d.cfg.PollInterval, 5*time.Second)
+	f.d.logClaimError(ctx, err, f.errBackoff)
+	return f.sleep(ctx, nil, f.errBackoff)
+}
+
+// idle waits after a claim found nothing claimable. In drain mode it
+// returns false once nothing is left to deliver.
+func (f *fetcher) idle(ctx context.Context) bool {
+	d := f.d
+	if f.drain {
+		if f.slots.inUse() > 0 {
+			return f.sleep(ctx, f.slots.released(), d.cfg.PollInterval)
+		}
+		more, err := d.store.Undelivered(ctx, d.pool, d.cfg.Ordered)
+		if err == nil && !more {
+			return false
+		}
+	}
+	if d.listening.Load() && !f.waiting {
+		// Producers notify while we are registered, and every notifying
+		// commit takes a global lock. Registering at most once per
+		// cooldown bounds that cost under a trickle of inserts, at the
+		// price of up to one cooldown of latency; until then, poll.
+		if wait := f.cool.spacing() - time.Since(f.registeredAt); wait > 0 {
+			return f.sleep(ctx, f.headFreed(), wait)
+		}
+		// Register as idle, then look once more: a row committed before
+		// the registration was visible to producers would otherwise wait
+		// a whole poll interval.
+		if err := d.store.Wait(ctx, d.pool, d.cfg.Owner, 3*d.cfg.PollInterval); err == nil {
+			f.waiting, f.registeredAt = true, time.Now()
+			return true
+		}
+	}
+	if !f.sleep(ctx, f.headFreed(), d.cfg.PollInterval) {
+		return false
+	}
+	f.clearWait = f.waiting
+	return true
+}
+
+// sleep waits for dur, a notification or extra; false when ctx ended.
+func (f *fetcher) sleep(ctx context.Context, extra <-chan struct{}, dur time.Duration) bool {
+	f.poll.Reset(dur)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-f.d.wake:
+	case <-extra:
+	case <-f.poll.C:
+	}
+	return true
+}
+
+// gate is how many rows the next claim may take: a batch, one row as the
+// probe of a paused sink, or none, in which case the fetcher sleeps for
+// wait or until extra fires (the probe's finalize).
+func (f *fetcher) gate() (batch int, wait time.Duration, extra <-chan struct{}) {
+	limit, wait := f.d.breaker.gate(f.slots.inUse())
+	switch {
+	case wait > 0:
+		return 0, wait, nil
+	case limit == 0:
+		return 0, f.d.cfg.PollInterval, f.slots.released()
+	case limit > 0:
+		return min(limit, f.d.cfg.BatchSize), 0, nil
+	}
+	return f.d.cfg.BatchSize, 0, nil
+}
+
+// headFreed is what, besides a notification, ends an idle wait: in ordered
+// mode a finalize may free the head of an aggregate whose next message is
+// already waiting, and no producer notifies about that, so the completer's
+// give-back wakes the fetcher; otherwise nothing (a finalize frees no row).
+func (f *fetcher) headFreed() <-chan struct{} {
+	if f.d.cfg.Ordered {
+		return f.slots.released()
+	}
+	return nil
+}
+
+// headers are a claimed row's headers, decoded by the store; a column that
+// is not a JSON object is logged and dropped.
+func (d *Dispatcher) headers(r *store.Row) map[string]string {
+	if r.BadHeaders {
+		d.log.Warn("ignoring headers that are not a JSON object", slog.Int64("outbox_id", r.ID))
+	}
+	return r.Headers
+}
+
+// pause waits d, or until ctx is done (false).
+func pause(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// logClaimError logs a failed claim, with the fix when a transaction
+// pooler caused it (the start-up statements may have met a clean session).
+func (d *Dispatcher) logClaimError(ctx context.Context, err error, retryIn time.Duration) {
+	attrs := []any{slog.Any("error", err), slog.Duration("retry_in", retryIn)}
+	if IsPoolerError(err) {
+		attrs = append(attrs, slog.String("fix", PoolerFix))
+	}
+	d.log.ErrorContext(ctx, "claim failed; retrying", attrs...)
+}

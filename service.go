@@ -1,0 +1,28 @@
+package outbox
+
+import (
+	"context"
+	"sync"
+)
+
+// startService runs fn in the background, the one shape of every service a
+// dispatcher runs beside its stages (the listener, the heartbeat): fn runs
+// until its context is cancelled and returns when it has cleaned up. The
+// returned stop cancels that context and waits for fn to return.
+func startService(ctx context.Context, fn func(context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { fn(ctx) })
+	return func() {
+		cancel()
+		wg.Wait()
+	}
+}
+
+// stopService stops a service started with startService; nil is a service
+// that was never started.
+func stopService(stop func()) {
+	if stop != nil {
+		stop()
+	}
+}
