@@ -1,7 +1,7 @@
 # outboxd developer tasks. `make help` lists them.
 GO ?= go
 
-.PHONY: help test test-short build bench lint fmt
+.PHONY: help test test-short build bench lint fmt oldest-go
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -26,6 +26,13 @@ build: ## build bin/outboxd (or BIN), static (CGO_ENABLED=0)
 
 bench: build ## drain 200k messages through the null sink, outboxd vs the article's per-row design
 	./bin/outboxd bench --variant both
+
+# The go directive in go.mod is the oldest Go supported; this target builds
+# and vets everything, tests included, with that exact toolchain.
+GO_MIN = $(shell awk '/^go /{print $$2}' go.mod)
+
+oldest-go: ## build and vet every package with the oldest supported Go (the go directive)
+	GOTOOLCHAIN=go$(GO_MIN) $(GO) vet ./...
 
 fmt: ## gofmt the tree
 	gofmt -w $$(git ls-files '*.go')
