@@ -6,13 +6,13 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxd/outbox/internal/store"
 )
 
 //go:embed sql/*.sql
@@ -59,17 +59,13 @@ func New(table string) (*Inbox, error) {
 	if table == "" {
 		table = TableDefault
 	}
-	schema, name, err := parseTable(table)
+	t, err := store.ParseName(table, maxName)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	ident := pgx.Identifier{name}
-	if schema != "" {
-		ident = pgx.Identifier{schema, name}
-	}
 	r := strings.NewReplacer(
-		"{{table}}", ident.Sanitize(),
-		"{{received_index}}", pgx.Identifier{name + receivedSuffix}.Sanitize(),
+		"{{table}}", t.Quoted(),
+		"{{received_index}}", pgx.Identifier{t.Name + receivedSuffix}.Sanitize(),
 	)
 	load := func(file string) string {
 		b, err := files.ReadFile("sql/" + file)
@@ -80,27 +76,11 @@ func New(table string) (*Inbox, error) {
 	}
 	return &Inbox{
 		name:    table,
-		schema:  schema,
+		schema:  t.Schema,
 		migrate: load("migrate.sql"),
 		record:  load("record.sql"),
 		purge:   load("purge.sql"),
 	}, nil
-}
-
-func parseTable(s string) (schema, name string, err error) {
-	if !utf8.ValidString(s) || strings.ContainsRune(s, 0) {
-		return "", "", fmt.Errorf("table name %q is not valid UTF-8 text", s)
-	}
-	schema, name, qualified := strings.Cut(s, ".")
-	if !qualified {
-		schema, name = "", s
-	} else if schema == "" || name == "" || strings.Contains(name, ".") {
-		return "", "", fmt.Errorf("table name %q must be NAME or SCHEMA.NAME", s)
-	}
-	if len(name) > maxName || len(schema) > 63 {
-		return "", "", fmt.Errorf("table name %q is too long (name at most %d bytes, schema 63)", s, maxName)
-	}
-	return schema, name, nil
 }
 
 // Migrate creates the inbox table and its retention index if they do not
@@ -113,9 +93,7 @@ func (ib *Inbox) Migrate(ctx context.Context, db DB) error {
 		return fmt.Errorf("inbox: migrate %s: %w", ib.name, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit this is a no-op
-	h := fnv.New64a()
-	h.Write([]byte("outboxd inbox migrate " + ib.name))
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(h.Sum64())); err != nil {
+	if err := store.LockMigrationTx(ctx, tx, "outboxd inbox migrate "+ib.name, nil); err != nil {
 		return fmt.Errorf("inbox: migrate %s: %w", ib.name, err)
 	}
 	if ib.schema != "" {

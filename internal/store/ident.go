@@ -21,7 +21,11 @@ type Table struct {
 
 // ParseTable accepts "name" or "schema.name". Any characters are allowed in
 // either part; both are always quoted when spliced into SQL.
-func ParseTable(s string) (Table, error) {
+func ParseTable(s string) (Table, error) { return ParseName(s, maxBaseName) }
+
+// ParseName is ParseTable for a table of another kind (the inbox's), whose
+// own derived names leave its name maxName bytes at most.
+func ParseName(s string, maxName int) (Table, error) {
 	if s == "" {
 		return Table{}, fmt.Errorf("table name is empty")
 	}
@@ -38,8 +42,8 @@ func ParseTable(s string) (Table, error) {
 	} else {
 		t.Name = s
 	}
-	if len(t.Name) > maxBaseName || len(t.Schema) > 63 {
-		return Table{}, fmt.Errorf("table name %q is too long (at most %d bytes, schema 63)", s, maxBaseName)
+	if len(t.Name) > maxName || len(t.Schema) > 63 {
+		return Table{}, fmt.Errorf("table name %q is too long (at most %d bytes, schema 63)", s, maxName)
 	}
 	return t, nil
 }
@@ -88,6 +92,9 @@ func (t Table) ident(suffix string) string {
 	}
 	return pgx.Identifier{t.Schema, t.Name + suffix}.Sanitize()
 }
+
+// Quoted is the table's quoted, possibly schema-qualified identifier.
+func (t Table) Quoted() string { return t.ident("") }
 
 // bare returns a quoted unqualified derived name (index and trigger names
 // take no schema).

@@ -148,10 +148,9 @@ func (s *Store) migrationTarget(ctx context.Context, conn MigrateDB) (*Store, er
 // a concurrent index build would wait for. A single connection holds a
 // session lock instead.
 func (s *Store) lockMigrations(ctx context.Context, db, conn MigrateDB, log *slog.Logger) (func(), error) {
-	h := fnv.New64a()
-	h.Write([]byte("outboxd migrate " + s.Table.ident("")))
-	key := int64(h.Sum64())
-	holder, tryLock, lock := conn, "sql/migrate_try_lock.sql", "sql/migrate_lock.sql"
+	key := lockKey("outboxd migrate " + s.Table.ident(""))
+	var holder DB = conn
+	tryLock, lock := "sql/migrate_try_lock.sql", "sql/migrate_lock.sql"
 	var tx pgx.Tx
 	if p, ok := db.(*pgxpool.Pool); ok && p.Config().MaxConns >= 2 {
 		var err error
@@ -169,22 +168,47 @@ func (s *Store) lockMigrations(ctx context.Context, db, conn MigrateDB, log *slo
 			closeSession(ctx, conn) // a session lock must not outlive the run in a pool
 		}
 	}
+	if err := acquire(ctx, holder, key, tryLock, lock, log); err != nil {
+		release()
+		return nil, err
+	}
+	return release, nil
+}
+
+// lockKey is the advisory lock key of a migration lock's name.
+func lockKey(name string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return int64(h.Sum64())
+}
+
+// acquire takes advisory lock key with statement tryLock, and when another
+// session holds it says so on log and waits with statement lock.
+func acquire(ctx context.Context, holder DB, key int64, tryLock, lock string, log *slog.Logger) error {
 	// Simple protocol: an extended-protocol portal would keep its snapshot
 	// until the transaction ends, and a concurrent index build waits for
 	// every snapshot older than its own, this one included.
 	var got bool
 	if err := holder.QueryRow(ctx, rawSQL(tryLock), pgx.QueryExecModeSimpleProtocol, key).Scan(&got); err != nil {
-		release()
-		return nil, translate(err)
+		return translate(err)
 	}
 	if !got {
-		log.Info("migrate: waiting for another migration of this table to finish")
+		if log != nil {
+			log.Info("migrate: waiting for another migration of this table to finish")
+		}
 		if _, err := holder.Exec(ctx, rawSQL(lock), pgx.QueryExecModeSimpleProtocol, key); err != nil {
-			release()
-			return nil, translate(err)
+			return translate(err)
 		}
 	}
-	return release, nil
+	return nil
+}
+
+// LockMigrationTx takes, in tx, the transaction-scoped migration lock of
+// name (text naming what is migrated: concurrent migrations of one name
+// serialise), the lock the store's own migrations take from a pool. It is
+// released when tx ends; a wait for it is said on log (nil: silent).
+func LockMigrationTx(ctx context.Context, tx pgx.Tx, name string, log *slog.Logger) error {
+	return acquire(ctx, tx, lockKey(name), "sql/migrate_try_xact_lock.sql", "sql/migrate_xact_lock.sql", log)
 }
 
 // isLockTimeout reports a statement that gave up waiting for a lock

@@ -143,7 +143,7 @@ func checkChannel(t Table) error {
 
 // QuotedTable is the table's quoted identifier, for callers that build
 // producer statements (Enqueue) or tests.
-func (s *Store) QuotedTable() string { return s.Table.ident("") }
+func (s *Store) QuotedTable() string { return s.Table.Quoted() }
 
 // Resolve checks that the table exists and returns it as PostgreSQL
 // resolved it: schema and name as the catalogs spell them, from which every
