@@ -104,10 +104,7 @@ var _ outbox.Sink = (*Sink)(nil)
 // whose publishes fail as retryable until a background reconnection
 // succeeds; refused credentials or vhost access make New fail.
 func New(rawURL string, opts *Options) (*Sink, error) {
-	if opts == nil {
-		opts = &Options{}
-	}
-	cfg, err := parseURL(rawURL)
+	cfg, opts, err := sinkutil.Prepare(rawURL, opts, parseURL)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +114,7 @@ func New(rawURL string, opts *Options) (*Sink, error) {
 	s := &Sink{
 		cfg:       cfg,
 		connName:  opts.ConnectionName,
-		log:       opts.Logger,
+		log:       sinkutil.Logger(opts.Logger),
 		tlsConfig: opts.TLSConfig,
 		settled:   make(chan struct{}),
 		changed:   make(chan struct{}),
@@ -125,9 +122,7 @@ func New(rawURL string, opts *Options) (*Sink, error) {
 	if s.connName == "" {
 		s.connName = ConnectionNameDefault
 	}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	} else {
+	if opts.Logger != nil {
 		libraryLog.Use(opts.Logger)
 	}
 

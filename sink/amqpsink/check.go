@@ -16,11 +16,10 @@ import (
 // vhost; the exchange exists (a passive declare, which creates nothing).
 // It publishes nothing.
 func Check(ctx context.Context, rawURL string) []sinkutil.Check {
-	cfg, err := parseURL(rawURL)
-	if err != nil {
-		return []sinkutil.Check{sinkutil.URLCheck(err)}
+	cfg, checks, ok := sinkutil.StartChecks(rawURL, parseURL)
+	if !ok {
+		return checks
 	}
-	checks := []sinkutil.Check{sinkutil.URLCheck(nil)}
 	reach := "broker " + cfg.display + " reachable and authenticated"
 	conn, err := dialCheck(ctx, cfg)
 	if err != nil {

@@ -20,12 +20,11 @@ import (
 // with 404 or 405 and only a POST, which a check never sends, proves
 // delivery.
 func Check(ctx context.Context, rawURL string) []sinkutil.Check {
-	s, err := New(rawURL, nil)
-	if err != nil {
-		return []sinkutil.Check{sinkutil.URLCheck(err)}
+	s, checks, ok := sinkutil.StartChecks(rawURL, newDefault)
+	if !ok {
+		return checks
 	}
 	defer s.Close()
-	checks := []sinkutil.Check{sinkutil.URLCheck(nil)}
 	what := "endpoint " + s.origin + " reachable and authenticated"
 	req, err := http.NewRequestWithContext(ctx, http.MethodHead, s.url, nil)
 	if err != nil {
@@ -65,3 +64,6 @@ func dialFix(err error) string {
 	}
 	return "start the receiver there, or correct host and port in the URL"
 }
+
+// newDefault is New with all default options.
+func newDefault(rawURL string) (*Sink, error) { return New(rawURL, nil) }

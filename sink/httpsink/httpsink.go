@@ -128,10 +128,7 @@ var _ outbox.Sink = (*Sink)(nil)
 // https:// URL. Userinfo in the URL (https://user:password@host/...) is sent
 // as HTTP Basic authentication and never appears in errors.
 func New(rawURL string, opts *Options) (*Sink, error) {
-	if opts == nil {
-		opts = &Options{}
-	}
-	u, err := parseURL(rawURL)
+	u, opts, err := sinkutil.Prepare(rawURL, opts, parseURL)
 	if err != nil {
 		return nil, err
 	}

@@ -16,10 +16,7 @@ import (
 // CheckURL reports whether rawURL is a valid sink URL, without sending
 // anything (for configuration checks). The error is the one [New] would
 // return for it.
-func CheckURL(rawURL string) error {
-	_, err := parseURL(rawURL)
-	return err
-}
+func CheckURL(rawURL string) error { return sinkutil.ParseError(rawURL, parseURL) }
 
 // parseURL checks rawURL: an absolute http:// or https:// URL holding no
 // signing secret. Errors never quote the URL.

@@ -19,11 +19,10 @@ import (
 // create_topics. It asks for metadata only: nothing is produced and no
 // topic is created.
 func Check(ctx context.Context, rawURL string) []sinkutil.Check {
-	c, err := parseURL(rawURL)
-	if err != nil {
-		return []sinkutil.Check{sinkutil.URLCheck(fmt.Errorf("kafkasink: %w", err))}
+	c, checks, ok := sinkutil.StartChecks(rawURL, parse)
+	if !ok {
+		return checks
 	}
-	checks := []sinkutil.Check{sinkutil.URLCheck(nil)}
 	seeds := strings.Join(c.seeds, ",")
 	reach := "brokers " + seeds + " reachable and authenticated"
 	client, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.seeds...), kgo.ClientID(c.clientID),

@@ -113,12 +113,9 @@ var _ outbox.Sink = (*Sink)(nil)
 // turns into retryable publishes until it is up, not into a failed start.
 // Errors never contain the password.
 func New(rawURL string, opts *Options) (*Sink, error) {
-	if opts == nil {
-		opts = &Options{}
-	}
-	c, err := parseURL(rawURL)
+	c, opts, err := sinkutil.Prepare(rawURL, opts, parse)
 	if err != nil {
-		return nil, fmt.Errorf("kafkasink: %w", err)
+		return nil, err
 	}
 	auth := newAuthWatch()
 	kopts := []kgo.Opt{

@@ -39,11 +39,16 @@ var query = sinkutil.QuerySpec{Known: []string{
 // CheckURL reports whether rawURL is a valid sink URL, without contacting
 // any broker (for configuration checks). The error is the one [New] would
 // return.
-func CheckURL(rawURL string) error {
-	if _, err := parseURL(rawURL); err != nil {
-		return fmt.Errorf("kafkasink: %w", err)
+func CheckURL(rawURL string) error { return sinkutil.ParseError(rawURL, parse) }
+
+// parse is parseURL with the package prefix on its errors, as New and
+// Check report them.
+func parse(rawURL string) (*config, error) {
+	c, err := parseURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("kafkasink: %w", err)
 	}
-	return nil
+	return c, nil
 }
 
 // parseURL reads rawURL. net/url cannot be used for the authority: it

@@ -19,11 +19,10 @@ import (
 // there is nothing else to look up; the broker's ACL on the topic shows only
 // in a PUBACK, which a check does not provoke. It publishes nothing.
 func Check(ctx context.Context, rawURL string) []sinkutil.Check {
-	c, err := parseURL(rawURL)
-	if err != nil {
-		return []sinkutil.Check{sinkutil.URLCheck(err)}
+	c, checks, ok := sinkutil.StartChecks(rawURL, parseURL)
+	if !ok {
+		return checks
 	}
-	checks := []sinkutil.Check{sinkutil.URLCheck(nil)}
 	addr := net.JoinHostPort(c.host, c.port)
 	reach := "broker " + c.u.Scheme + "://" + addr + " reachable and authenticated"
 	ctx, cancel := context.WithTimeout(ctx, c.connectTimeout)

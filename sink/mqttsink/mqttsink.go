@@ -153,10 +153,7 @@ var _ outbox.Sink = (*Sink)(nil)
 // until Close. A broker that is down at New gives a Sink whose publishes wait
 // for the connection until their context ends, then fail as retryable.
 func New(rawURL string, opts *Options) (*Sink, error) {
-	if opts == nil {
-		opts = &Options{}
-	}
-	c, err := parseURL(rawURL)
+	c, opts, err := sinkutil.Prepare(rawURL, opts, parseURL)
 	if err != nil {
 		return nil, err
 	}
@@ -167,12 +164,9 @@ func New(rawURL string, opts *Options) (*Sink, error) {
 	}
 	s := &Sink{
 		addr:    net.JoinHostPort(c.host, c.port),
-		log:     opts.Logger,
+		log:     sinkutil.Logger(opts.Logger),
 		topic:   c.topic,
 		changed: make(chan struct{}),
-	}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.desc = describe(c.u.Scheme, c.u.User, s.addr, c.topic, c.clientID, c.keepAlive, c.connectTimeout)
 	cfg := s.clientConfig(c, opts)

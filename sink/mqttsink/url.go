@@ -26,10 +26,7 @@ const maxKeepAlive = 65535 * time.Second
 // CheckURL reports whether rawURL is a valid sink URL, without connecting
 // anywhere (for configuration checks). The error is the one [New] would
 // return.
-func CheckURL(rawURL string) error {
-	_, err := parseURL(rawURL)
-	return err
-}
+func CheckURL(rawURL string) error { return sinkutil.ParseError(rawURL, parseURL) }
 
 // urlConfig is what a sink URL says.
 type urlConfig struct {

@@ -18,12 +18,11 @@ import (
 // create_stream, whether that stream exists yet). It publishes nothing and
 // creates nothing.
 func Check(ctx context.Context, rawURL string) []sinkutil.Check {
-	cfg, err := parseURL(rawURL)
-	if err != nil {
-		return []sinkutil.Check{sinkutil.URLCheck(err)}
+	cfg, checks, ok := sinkutil.StartChecks(rawURL, parseURL)
+	if !ok {
+		return checks
 	}
 	servers := strings.Join(cfg.servers, ",")
-	checks := []sinkutil.Check{sinkutil.URLCheck(nil)}
 	reach := "broker " + servers + " reachable and authenticated"
 	nc, err := nats.Connect(servers, checkOptions(cfg)...)
 	if err != nil {

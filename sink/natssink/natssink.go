@@ -130,23 +130,16 @@ var _ outbox.Sink = (*Sink)(nil)
 // publishes fail as retryable until the broker is back. Credentials in the
 // URL never appear in errors or logs.
 func New(rawURL string, opts *Options) (*Sink, error) {
-	if opts == nil {
-		opts = &Options{}
-	}
-	cfg, err := parseURL(rawURL)
+	cfg, opts, err := sinkutil.Prepare(rawURL, opts, parseURL)
 	if err != nil {
 		return nil, err
 	}
 	if opts.TLSConfig != nil && !cfg.tls {
 		return nil, errors.New("natssink: Options.TLSConfig is set but the URL scheme is nats://; use tls:// or nats+tls://")
 	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	s := &Sink{
 		cfg:       cfg,
-		log:       log,
+		log:       sinkutil.Logger(opts.Logger),
 		tlsConfig: opts.TLSConfig,
 		servers:   strings.Join(cfg.servers, ","),
 		sem:       make(chan struct{}, cfg.maxPending),

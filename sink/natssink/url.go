@@ -48,10 +48,7 @@ var reservedHeaders = sinkutil.Reserved{Prefixes: []string{"Nats-"}}
 // CheckURL reports whether rawURL is a valid NATS sink URL, without
 // connecting anywhere (for configuration checks). The error is the one [New]
 // would return.
-func CheckURL(rawURL string) error {
-	_, err := parseURL(rawURL)
-	return err
-}
+func CheckURL(rawURL string) error { return sinkutil.ParseError(rawURL, parseURL) }
 
 func parseURL(rawURL string) (*config, error) {
 	if !strings.Contains(rawURL, "://") {

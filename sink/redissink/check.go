@@ -14,12 +14,11 @@ import (
 // Streams are created by the first XADD, so there is no name to look up.
 // It writes nothing.
 func Check(ctx context.Context, rawURL string) []sinkutil.Check {
-	s, err := New(rawURL, nil)
-	if err != nil {
-		return []sinkutil.Check{sinkutil.URLCheck(err)}
+	s, checks, ok := sinkutil.StartChecks(rawURL, newDefault)
+	if !ok {
+		return checks
 	}
 	defer s.Close()
-	checks := []sinkutil.Check{sinkutil.URLCheck(nil)}
 	reach := "server " + s.addr + " reachable and authenticated"
 	if err := s.client.Ping(ctx).Err(); err != nil {
 		fix := "start Redis there, or correct host and port in the URL"
@@ -45,3 +44,6 @@ func Check(ctx context.Context, rawURL string) []sinkutil.Check {
 	}
 	return append(checks, sinkutil.Passed("streams supported", note))
 }
+
+// newDefault is New with all default options.
+func newDefault(rawURL string) (*Sink, error) { return New(rawURL, nil) }

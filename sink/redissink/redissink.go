@@ -150,24 +150,19 @@ var _ outbox.Sink = (*Sink)(nil)
 // server that is down at New gives a Sink whose publishes fail as retryable
 // until it comes up.
 func New(rawURL string, opts *Options) (*Sink, error) {
-	if opts == nil {
-		opts = &Options{}
-	}
-	c, err := parseURL(rawURL)
+	c, opts, err := sinkutil.Prepare(rawURL, opts, parseURL)
 	if err != nil {
 		return nil, err
 	}
 	s := &Sink{
 		addr:     c.addr,
 		idmp:     c.idmp,
-		log:      opts.Logger,
+		log:      sinkutil.Logger(opts.Logger),
 		maxLen:   c.maxLen,
 		producer: c.producer,
 		stream:   c.stream,
 	}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	} else {
+	if opts.Logger != nil {
 		routeLibraryLog(opts.Logger)
 	}
 	s.desc = describe(c)

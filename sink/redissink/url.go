@@ -38,10 +38,7 @@ type config struct {
 // CheckURL reports whether rawURL is a valid sink URL, without connecting
 // anywhere (for configuration checks). The error is the one [New] would
 // return.
-func CheckURL(rawURL string) error {
-	_, err := parseURL(rawURL)
-	return err
-}
+func CheckURL(rawURL string) error { return sinkutil.ParseError(rawURL, parseURL) }
 
 // parseURL reads rawURL. Every error is prefixed "redissink: " and never
 // quotes the password.

@@ -43,3 +43,12 @@ func TemplateNote(kind, name string) string {
 }
 
 func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"` }
+
+// StartChecks begins a sink's Check: it parses rawURL with parse and
+// returns the parsed value with the URL check. When parsing fails, ok is
+// false and checks holds the failed URL check alone, to be returned as
+// they are.
+func StartChecks[C any](rawURL string, parse func(string) (C, error)) (c C, checks []Check, ok bool) {
+	c, err := parse(rawURL)
+	return c, []Check{URLCheck(err)}, err == nil
+}

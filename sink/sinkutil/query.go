@@ -2,6 +2,7 @@ package sinkutil
 
 import (
 	"fmt"
+	"log/slog"
 	"net/url"
 	"slices"
 	"strconv"
@@ -182,4 +183,29 @@ func (q Query) bad(key, want string) error {
 		v = Redacted
 	}
 	return fmt.Errorf("%s must be %s, got %q", key, want, v)
+}
+
+// Prepare begins a sink's New: it parses rawURL with parse and returns the
+// result with opts, a nil opts replaced by the zero options (all defaults).
+func Prepare[C, O any](rawURL string, opts *O, parse func(string) (C, error)) (C, *O, error) {
+	if opts == nil {
+		opts = new(O)
+	}
+	c, err := parse(rawURL)
+	return c, opts, err
+}
+
+// ParseError is what a sink's CheckURL returns: the error parse gives for
+// rawURL, the parsed value dropped.
+func ParseError[C any](rawURL string, parse func(string) (C, error)) error {
+	_, err := parse(rawURL)
+	return err
+}
+
+// Logger returns l, or a logger discarding everything when l is nil.
+func Logger(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
 }

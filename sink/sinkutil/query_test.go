@@ -1,6 +1,7 @@
 package sinkutil_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -119,3 +120,33 @@ func TestReserved(t *testing.T) {
 	require.False(t, r.Has("Hostname"), "a name is reserved exactly")
 	require.False(t, sinkutil.Reserved{}.Has("Host"))
 }
+
+func TestPrepareAndParseError(t *testing.T) {
+	t.Parallel()
+	type opts struct{ N int }
+	parseLen := func(s string) (int, error) {
+		if s == "" {
+			return 0, errEmpty
+		}
+		return len(s), nil
+	}
+	n, o, err := sinkutil.Prepare("abc", (*opts)(nil), parseLen)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	require.Equal(t, &opts{}, o, "nil options become the zero options")
+	given := &opts{N: 1}
+	_, o, _ = sinkutil.Prepare("abc", given, parseLen)
+	require.Same(t, given, o)
+	require.ErrorIs(t, sinkutil.ParseError("", parseLen), errEmpty)
+	require.NoError(t, sinkutil.ParseError("x", parseLen))
+	_, checks, ok := sinkutil.StartChecks("", parseLen)
+	require.False(t, ok)
+	require.Len(t, checks, 1)
+	require.ErrorIs(t, checks[0].Err, errEmpty)
+	_, checks, ok = sinkutil.StartChecks("x", parseLen)
+	require.True(t, ok)
+	require.Equal(t, []sinkutil.Check{sinkutil.URLCheck(nil)}, checks)
+	require.NotNil(t, sinkutil.Logger(nil))
+}
+
+var errEmpty = errors.New("empty")
