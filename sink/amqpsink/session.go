@@ -64,34 +64,7 @@ func (s *Sink) run() {
 				s.setDown(nil, outbox.Retryable(errClosed))
 				return
 			}
-			// A socket reset in the middle of the handshake can look like
-			// refused credentials (the broker closes the socket on bad
-			// credentials without a word), so once the sink is running, when
-			// the verdict pauses the sink, a config error is believed only
-			// when the next attempt says the same. At start-up it only
-			// fails New, and fast feedback matters more.
-			switch {
-			case !isConfigError(err):
-				configFailures = 0
-			case s.isSettled():
-				configFailures++
-			default:
-				configFailures = 2
-			}
-			failures++
-			wrapped := fmt.Errorf("amqpsink: connecting to %s: %w", s.cfg.display, err)
-			delay := backoff(failures, s.cfg.reconnMax)
-			if configFailures >= 2 {
-				// The broker refuses the sink, not a message: messages keep
-				// their attempts until the configuration is fixed.
-				s.setDown(nil, outbox.Unavailable(wrapped))
-				s.settle(wrapped)
-			} else {
-				s.setDown(nil, outbox.Retryable(wrapped))
-				s.settle(nil)
-			}
-			s.log.Warn("amqpsink: connection attempt failed", slog.String("broker", s.cfg.display),
-				slog.Int("failures", failures), slog.Duration("retry_in", delay), slog.Any("error", err))
+			delay := s.attemptFailed(err, &failures, &configFailures)
 			if !s.sleep(delay) {
 				s.setDown(nil, outbox.Retryable(errClosed))
 				return
@@ -119,12 +92,69 @@ func (s *Sink) run() {
 	}
 }
 
+// attemptFailed records a failed connection attempt (counted in failures,
+// and in configFailures when the broker refused the configuration), marks
+// the sink down accordingly and returns the delay before the next attempt.
+func (s *Sink) attemptFailed(err error, failures, configFailures *int) time.Duration {
+	// A socket reset in the middle of the handshake can look like
+	// refused credentials (the broker closes the socket on bad
+	// credentials without a word), so once the sink is running, when
+	// the verdict pauses the sink, a config error is believed only
+	// when the next attempt says the same. At start-up it only
+	// fails New, and fast feedback matters more.
+	switch {
+	case !isConfigError(err):
+		*configFailures = 0
+	case s.isSettled():
+		(*configFailures)++
+	default:
+		*configFailures = 2
+	}
+	(*failures)++
+	wrapped := fmt.Errorf("amqpsink: connecting to %s: %w", s.cfg.display, err)
+	delay := backoff(*failures, s.cfg.reconnMax)
+	if *configFailures >= 2 {
+		// The broker refuses the sink, not a message: messages keep
+		// their attempts until the configuration is fixed.
+		s.setDown(nil, outbox.Unavailable(wrapped))
+		s.settle(wrapped)
+	} else {
+		s.setDown(nil, outbox.Retryable(wrapped))
+		s.settle(nil)
+	}
+	s.log.Warn("amqpsink: connection attempt failed", slog.String("broker", s.cfg.display),
+		slog.Int("failures", *failures), slog.Duration("retry_in", delay), slog.Any("error", err))
+	return delay
+}
+
 // connect dials the broker and opens the channel pool, all within one
 // connection_timeout, and abandons the attempt at once if the sink closes.
 func (s *Sink) connect() (*session, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.connTO)
 	defer cancel()
+	conn, err := s.dialBroker(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ss := &session{conn: conn, slots: make([]atomic.Pointer[pchan], s.cfg.channels), done: make(chan struct{})}
+	closes := conn.NotifyClose(make(chan *amqp.Error, 1))
+	blocks := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+	chans, err := s.openChannels(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	ss.wg.Add(1 + len(chans))
+	go ss.watch(closes, blocks, s.log)
+	for i, pc := range chans {
+		ss.slots[i].Store(pc)
+		go s.keepChannel(ss, i, pc)
+	}
+	return ss, nil
+}
 
+// dialBroker opens the connection: TCP, TLS and the AMQP handshake, all
+// bounded by ctx.
+func (s *Sink) dialBroker(ctx context.Context) (*amqp.Connection, error) {
 	// The library has no context: the handshake is bounded by a deadline on
 	// the socket, pulled in to now if ctx ends first.
 	var stopDeadline func() bool
@@ -156,21 +186,20 @@ func (s *Sink) connect() (*session, error) {
 		_ = conn.CloseDeadline(time.Now())
 		return nil, fmt.Errorf("handshake: %w", context.Cause(ctx))
 	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w (%w)", err, ctx.Err())
-		}
-		return nil, err
+	if err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("%w (%w)", err, ctx.Err())
 	}
+	return conn, err
+}
 
-	ss := &session{conn: conn, slots: make([]atomic.Pointer[pchan], s.cfg.channels), done: make(chan struct{})}
-	closes := conn.NotifyClose(make(chan *amqp.Error, 1))
-	blocks := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
-
+// openChannels opens the sink's channels on conn, closing conn when one
+// fails or ctx ends first.
+func (s *Sink) openChannels(ctx context.Context, conn *amqp.Connection) ([]*pchan, error) {
 	// Opening channels are plain RPCs; closing the connection is what
 	// unblocks them when the attempt runs out of time.
 	stopClose := context.AfterFunc(ctx, func() { _ = conn.CloseDeadline(time.Now()) })
 	chans := make([]*pchan, s.cfg.channels)
+	var err error
 	for i := range chans {
 		if chans[i], err = openChannel(conn); err != nil {
 			break
@@ -183,14 +212,7 @@ func (s *Sink) connect() (*session, error) {
 		_ = conn.CloseDeadline(time.Now())
 		return nil, err
 	}
-
-	ss.wg.Add(1 + len(chans))
-	go ss.watch(closes, blocks, s.log)
-	for i, pc := range chans {
-		ss.slots[i].Store(pc)
-		go s.keepChannel(ss, i, pc)
-	}
-	return ss, nil
+	return chans, nil
 }
 
 // watch follows the connection: blocked/unblocked notices, and its end.
