@@ -32,11 +32,8 @@ type Dispatcher struct {
 	hook      Hook
 	wake      chan struct{} // a notification arrived (capacity 1)
 	listening atomic.Bool
-	// probed is set once the listener sent its notification probe;
-	// probeTo, when set (tests), is the channel the probe goes to instead
-	// of the listened one.
+	// probed is set once the listener sent its notification probe.
 	probed  atomic.Bool
-	probeTo string
 	stats   counters
 	breaker breaker
 	sizer   *claimSizer

@@ -70,11 +70,7 @@ const probeTimeout = 2 * time.Second
 // notifications arriving meanwhile are wake-ups as usual.
 func (d *Dispatcher) probe(ctx context.Context, conn *pgx.Conn, channel string) error {
 	payload := "outboxd-probe-" + d.cfg.Owner
-	to := channel
-	if d.probeTo != "" {
-		to = d.probeTo
-	}
-	if err := store.Notify(ctx, d.pool, to, payload); err != nil {
+	if err := store.Notify(ctx, d.pool, channel, payload); err != nil {
 		d.log.WarnContext(ctx, "could not send the notification probe", slog.Any("error", err))
 		return nil
 	}

@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/internal/testdb"
 )
 
 // lockedBuffer collects log output written from several goroutines.
@@ -36,8 +39,8 @@ const probeWarning = "notifications do not arrive"
 // TestListenerProbe: at start the listener notifies its own channel from
 // another session and waits for it. On a direct connection it arrives and
 // nothing is said; when it cannot arrive (as behind a transaction pooler;
-// here the probe goes to another channel) one warning says the relay polls,
-// and delivery goes on.
+// here the dispatcher's sessions find a pg_notify that does nothing first on
+// their search_path) one warning says the relay polls, and delivery goes on.
 func TestListenerProbe(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
@@ -54,9 +57,12 @@ func TestListenerProbe(t *testing.T) {
 			var logs lockedBuffer
 			logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			rec := newRecorder(nil)
-			d := b.dispatcher(t, rec.Sink(), &outbox.Config{Logger: logger, PollInterval: 200 * time.Millisecond})
+			cfg := &outbox.Config{Logger: logger, PollInterval: 200 * time.Millisecond}
+			var d *outbox.Dispatcher
 			if tt.lost {
-				outbox.SetProbeChannel(d, b.schema+".elsewhere")
+				d = lostNotifications(t, b, rec.Sink(), cfg)
+			} else {
+				d = b.dispatcher(t, rec.Sink(), cfg)
 			}
 			start(t, d)
 			eventually(t, func() bool { return strings.Contains(logs.String(), tt.message) }, tt.message)
@@ -70,4 +76,23 @@ func TestListenerProbe(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lostNotifications returns a dispatcher on b's table whose sessions lose
+// every notification they send: a pg_notify of b's schema that does
+// nothing comes before pg_catalog's on their search_path.
+func lostNotifications(t *testing.T, b *testBundle, sink outbox.Sink, cfg *outbox.Config) *outbox.Dispatcher {
+	t.Helper()
+	schema := pgx.Identifier{b.schema}.Sanitize()
+	b.exec(t, "CREATE FUNCTION "+schema+".pg_notify(text, text) RETURNS void LANGUAGE plpgsql AS $$ BEGIN END $$")
+	pc, err := pgxpool.ParseConfig(testdb.DSN(t))
+	require.NoError(t, err)
+	pc.ConnConfig.RuntimeParams["search_path"] = schema + ", pg_catalog"
+	pool, err := pgxpool.NewWithConfig(t.Context(), pc)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	cfg.Table = b.table
+	d, err := outbox.NewDispatcher(pool, sink, cfg)
+	require.NoError(t, err)
+	return d
 }
