@@ -117,11 +117,29 @@ type Metrics struct {
 	gatherer prometheus.Gatherer
 	log      *slog.Logger
 
+	tableCollectors
+	dispatcherCollectors
+
+	// Readiness state.
+	mu          sync.Mutex
+	running     bool
+	interval    time.Duration // zero until StartRefresher
+	lastSuccess time.Time
+	lastErr     error
+	pausedBy    error // the sink's error while it is paused
+}
+
+// tableCollectors are the gauges the database refresh sets.
+type tableCollectors struct {
 	messages         *prometheus.GaugeVec
 	oldestAge        prometheus.Gauge
 	expiredLeases    prometheus.Gauge
 	refreshErrors    prometheus.Counter
 	refreshTimestamp prometheus.Gauge
+}
+
+// dispatcherCollectors are what the dispatcher's hook feeds.
+type dispatcherCollectors struct {
 	publishes        *prometheus.CounterVec
 	publishByOutcome map[outbox.Outcome]prometheus.Counter
 	publishDuration  prometheus.Histogram
@@ -138,14 +156,6 @@ type Metrics struct {
 	sinkPaused       prometheus.Gauge
 	sinkPauses       prometheus.Counter
 	up               prometheus.Gauge
-
-	// Readiness state.
-	mu          sync.Mutex
-	running     bool
-	interval    time.Duration // zero until StartRefresher
-	lastSuccess time.Time
-	lastErr     error
-	pausedBy    error // the sink's error while it is paused
 }
 
 // New creates the metrics and registers them. opts may be nil. It panics if
@@ -153,6 +163,31 @@ type Metrics struct {
 // are already registered there: metrics for different tables may share a
 // registerer.
 func New(opts *Options) *Metrics {
+	o := withDefaults(opts)
+	m := &Metrics{
+		gatherer: o.Gatherer,
+		log:      o.Logger.With(slog.String("component", "metrics"), slog.String("table", o.Table)),
+	}
+	m.newCollectors(o.Table, o.Sink)
+	m.publishByOutcome = make(map[outbox.Outcome]prometheus.Counter, len(outcomes))
+	for _, oc := range outcomes {
+		m.publishByOutcome[oc] = m.publishes.WithLabelValues(string(oc))
+	}
+	for _, s := range statuses {
+		m.messages.WithLabelValues(s)
+	}
+	o.Registerer.MustRegister(
+		m.messages, m.oldestAge, m.expiredLeases, m.refreshErrors, m.refreshTimestamp,
+		m.publishes, m.publishDuration, m.deliveryLag,
+		m.claimBatch, m.claimDuration, m.claimErrors,
+		m.finalizeDuration, m.finalizeErrors, m.fencedFinalizes,
+		m.heartbeats, m.heartbeatLost, m.hungPublishes, m.sinkPaused, m.sinkPauses, m.up,
+	)
+	return m
+}
+
+// withDefaults is opts with every unset field at its default.
+func withDefaults(opts *Options) Options {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -181,8 +216,14 @@ func New(opts *Options) *Metrics {
 		}
 	}
 
-	table := prometheus.Labels{"table": o.Table}
-	sink := prometheus.Labels{"table": o.Table, "sink": o.Sink}
+	return o
+}
+
+// newCollectors creates the collectors, labelled with the table and, for
+// what a publish measures, the sink.
+func (m *Metrics) newCollectors(tableName, sinkName string) {
+	table := prometheus.Labels{"table": tableName}
+	sink := prometheus.Labels{"table": tableName, "sink": sinkName}
 	gauge := func(name, help string) prometheus.Gauge {
 		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: table})
 	}
@@ -192,9 +233,19 @@ func New(opts *Options) *Metrics {
 	histogram := func(name, help string, labels prometheus.Labels, buckets []float64) prometheus.Histogram {
 		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, ConstLabels: labels, Buckets: buckets})
 	}
-	m := &Metrics{
-		gatherer: o.Gatherer,
-		log:      o.Logger.With(slog.String("component", "metrics"), slog.String("table", o.Table)),
+	m.tableCollectors = newTableCollectors(table, gauge, counter)
+	m.dispatcherCollectors = newDispatcherCollectors(table, sink, gauge, counter, histogram)
+}
+
+type (
+	gaugeFunc     func(name, help string) prometheus.Gauge
+	counterFunc   func(name, help string) prometheus.Counter
+	histogramFunc func(name, help string, labels prometheus.Labels, buckets []float64) prometheus.Histogram
+)
+
+// newTableCollectors creates the gauges the database refresh sets.
+func newTableCollectors(table prometheus.Labels, gauge gaugeFunc, counter counterFunc) tableCollectors {
+	return tableCollectors{
 		messages: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name:        "outbox_messages",
 			Help:        "Rows of the outbox table by status, as of the last database refresh. Pending, processing and dead are exact; done is estimated from the planner's statistics.",
@@ -208,6 +259,12 @@ func New(opts *Options) *Metrics {
 			"Database refreshes of the table gauges that failed."),
 		refreshTimestamp: gauge("outbox_db_refresh_timestamp_seconds",
 			"Unix time of the last successful database refresh of the table gauges."),
+	}
+}
+
+// newDispatcherCollectors creates what the dispatcher's hook feeds.
+func newDispatcherCollectors(table, sink prometheus.Labels, gauge gaugeFunc, counter counterFunc, histogram histogramFunc) dispatcherCollectors {
+	return dispatcherCollectors{
 		publishes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "outbox_publishes_total",
 			Help:        "Messages settled, by outcome: done, retry, defer, dead, released (returned unpublished) or lease_lost (the fenced write was refused).",
@@ -242,21 +299,6 @@ func New(opts *Options) *Metrics {
 		up: gauge("outbox_dispatcher_up",
 			"1 while the dispatcher runs, else 0."),
 	}
-	m.publishByOutcome = make(map[outbox.Outcome]prometheus.Counter, len(outcomes))
-	for _, oc := range outcomes {
-		m.publishByOutcome[oc] = m.publishes.WithLabelValues(string(oc))
-	}
-	for _, s := range statuses {
-		m.messages.WithLabelValues(s)
-	}
-	o.Registerer.MustRegister(
-		m.messages, m.oldestAge, m.expiredLeases, m.refreshErrors, m.refreshTimestamp,
-		m.publishes, m.publishDuration, m.deliveryLag,
-		m.claimBatch, m.claimDuration, m.claimErrors,
-		m.finalizeDuration, m.finalizeErrors, m.fencedFinalizes,
-		m.heartbeats, m.heartbeatLost, m.hungPublishes, m.sinkPaused, m.sinkPauses, m.up,
-	)
-	return m
 }
 
 // Hook returns the [outbox.Hook] that feeds the dispatcher metrics; set it
