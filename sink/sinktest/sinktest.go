@@ -93,158 +93,170 @@ func Run(t *testing.T, h Harness) {
 	if h.DownTimeout == 0 {
 		h.DownTimeout = 3 * time.Second
 	}
-	setup := func(t *testing.T) (outbox.Sink, Receiver, *Proxy) {
-		t.Helper()
-		p := NewProxy(t, h.Upstream)
-		s, r := h.New(t, p.Addr())
-		t.Cleanup(func() { _ = s.Close() })
-		return s, r, p
-	}
-
-	t.Run("DeliversIDMetadataAndPayload", func(t *testing.T) {
-		t.Parallel()
-		s, r, _ := setup(t)
-		m := NewMessage("Agg 42/ü")
-		require.NoError(t, s.Publish(t.Context(), m))
-		got := r.Receive(t, 1, 10*time.Second)
-		require.Len(t, got, 1)
-		require.Equal(t, m.IDString(), got[0].ID)
-		require.Equal(t, string(m.Payload), string(got[0].Payload), "payload must pass byte for byte")
-		require.Equal(t, map[string]string{
-			"event_type":     m.EventType,
-			"aggregate_type": m.AggregateType,
-			"aggregate_id":   m.AggregateID,
-			"fencing_token":  strconv.FormatInt(m.FencingToken, 10),
-			"attempt":        strconv.Itoa(m.Attempt),
-		}, pick(got[0].Meta, "event_type", "aggregate_type", "aggregate_id", "fencing_token", "attempt"))
-	})
-
-	t.Run("NamespacedID", func(t *testing.T) {
-		// With Config.IDNamespace the id the destination carries (the
-		// dedupe key) is "NAMESPACE:ID", not the bare row id.
-		t.Parallel()
-		s, r, _ := setup(t)
-		m := NewMessage("agg-ns")
-		m.IDNamespace = "orders"
-		require.NoError(t, s.Publish(t.Context(), m))
-		got := r.Receive(t, 1, 10*time.Second)
-		require.Len(t, got, 1)
-		require.Equal(t, "orders:"+strconv.FormatInt(m.ID, 10), got[0].ID)
-	})
-
-	t.Run("ConcurrentPublishes", func(t *testing.T) {
-		t.Parallel()
-		s, r, _ := setup(t)
-		const n = 100
-		msgs := make([]*outbox.Message, n)
-		for i := range msgs {
-			msgs[i] = NewMessage(fmt.Sprintf("agg-%d", i%7))
-		}
-		var wg sync.WaitGroup
-		errs := make(chan error, n)
-		for w := range 10 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := w; i < n; i += 10 {
-					if err := s.Publish(t.Context(), msgs[i]); err != nil {
-						errs <- err
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			require.NoError(t, err)
-		}
-		got := r.Receive(t, n, 20*time.Second)
-		want := make([]string, n)
-		for i, m := range msgs {
-			want[i] = m.IDString()
-		}
-		ids := make([]string, len(got))
-		for i, g := range got {
-			ids[i] = g.ID
-		}
-		slices.Sort(want)
-		slices.Sort(ids)
-		require.Equal(t, want, ids, "every message delivered once")
-	})
-
-	t.Run("CancelledContextIsRetryable", func(t *testing.T) {
-		t.Parallel()
-		s, _, _ := setup(t)
-		ctx, cancel := context.WithCancel(t.Context())
-		cancel()
-		start := time.Now()
-		err := s.Publish(ctx, NewMessage("a"))
-		require.Error(t, err, "a publish with a cancelled context cannot have been acknowledged")
-		require.True(t, outbox.IsRetryable(err), "want retryable, got %v", err)
-		require.Less(t, time.Since(start), 2*time.Second)
-	})
-
-	t.Run("BrokerDownIsRetryableThenRecovers", func(t *testing.T) {
-		t.Parallel()
-		s, r, p := setup(t)
-		first := NewMessage("a")
-		require.NoError(t, s.Publish(t.Context(), first))
-		require.Len(t, r.Receive(t, 1, 10*time.Second), 1)
-
-		p.Cut()
-		m := NewMessage("a")
-		for range 3 {
-			ctx, cancel := context.WithTimeout(t.Context(), h.DownTimeout)
-			start := time.Now()
-			err := s.Publish(ctx, m)
-			cancel()
-			require.Error(t, err, "publish succeeded while the broker was unreachable")
-			require.True(t, outbox.IsRetryable(err), "want retryable while down, got %v", err)
-			require.Less(t, time.Since(start), h.DownTimeout+2*time.Second, "publish overran its context")
-		}
-
-		p.Restore()
-		// As the dispatcher would: retry the same message until it goes through.
-		deadline := time.Now().Add(30 * time.Second)
-		var err error
-		for time.Now().Before(deadline) {
-			ctx, cancel := context.WithTimeout(t.Context(), h.DownTimeout)
-			err = s.Publish(ctx, m)
-			cancel()
-			if err == nil {
-				break
-			}
-			require.True(t, outbox.IsRetryable(err), "want retryable while recovering, got %v", err)
-			time.Sleep(100 * time.Millisecond)
-		}
-		require.NoError(t, err, "sink did not recover after the broker came back")
-		// At least once: a protocol that resends unacknowledged packets on
-		// reconnect may deliver the first message again before m.
-		var ids []string
-		for wait := time.Now().Add(10 * time.Second); time.Now().Before(wait) && !slices.Contains(ids, m.IDString()); {
-			for _, g := range r.Receive(t, 1, time.Until(wait)) {
-				ids = append(ids, g.ID)
-			}
-		}
-		require.Contains(t, ids, m.IDString(), "the retried message arrived after recovery")
-		for _, id := range ids {
-			require.Contains(t, []string{first.IDString(), m.IDString()}, id, "only the two published messages arrive")
-		}
-	})
-
+	su := suite{h: h}
+	t.Run("DeliversIDMetadataAndPayload", su.deliversIDMetadataAndPayload)
+	t.Run("NamespacedID", su.namespacedID)
+	t.Run("ConcurrentPublishes", su.concurrentPublishes)
+	t.Run("CancelledContextIsRetryable", su.cancelledContextIsRetryable)
+	t.Run("BrokerDownIsRetryableThenRecovers", su.brokerDownIsRetryableThenRecovers)
 	if h.Permanent != nil {
-		t.Run("PermanentFailure", func(t *testing.T) {
-			t.Parallel()
-			p := NewProxy(t, h.Upstream)
-			s, m := h.Permanent(t, p.Addr())
-			t.Cleanup(func() { _ = s.Close() })
-			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-			defer cancel()
-			err := s.Publish(ctx, m)
-			require.Error(t, err)
-			require.True(t, outbox.IsPermanent(err), "want permanent, got %v", err)
-		})
+		t.Run("PermanentFailure", su.permanentFailure)
 	}
+}
+
+// suite is one run of the conformance suite; each case is a method.
+type suite struct{ h Harness }
+
+// setup starts a sink behind a fresh proxy to the broker.
+func (su suite) setup(t *testing.T) (outbox.Sink, Receiver, *Proxy) {
+	t.Helper()
+	p := NewProxy(t, su.h.Upstream)
+	s, r := su.h.New(t, p.Addr())
+	t.Cleanup(func() { _ = s.Close() })
+	return s, r, p
+}
+
+func (su suite) deliversIDMetadataAndPayload(t *testing.T) {
+	t.Parallel()
+	s, r, _ := su.setup(t)
+	m := NewMessage("Agg 42/ü")
+	require.NoError(t, s.Publish(t.Context(), m))
+	got := r.Receive(t, 1, 10*time.Second)
+	require.Len(t, got, 1)
+	require.Equal(t, m.IDString(), got[0].ID)
+	require.Equal(t, string(m.Payload), string(got[0].Payload), "payload must pass byte for byte")
+	require.Equal(t, map[string]string{
+		"event_type":     m.EventType,
+		"aggregate_type": m.AggregateType,
+		"aggregate_id":   m.AggregateID,
+		"fencing_token":  strconv.FormatInt(m.FencingToken, 10),
+		"attempt":        strconv.Itoa(m.Attempt),
+	}, pick(got[0].Meta, "event_type", "aggregate_type", "aggregate_id", "fencing_token", "attempt"))
+}
+
+func (su suite) namespacedID(t *testing.T) {
+	// With Config.IDNamespace the id the destination carries (the
+	// dedupe key) is "NAMESPACE:ID", not the bare row id.
+	t.Parallel()
+	s, r, _ := su.setup(t)
+	m := NewMessage("agg-ns")
+	m.IDNamespace = "orders"
+	require.NoError(t, s.Publish(t.Context(), m))
+	got := r.Receive(t, 1, 10*time.Second)
+	require.Len(t, got, 1)
+	require.Equal(t, "orders:"+strconv.FormatInt(m.ID, 10), got[0].ID)
+}
+
+func (su suite) concurrentPublishes(t *testing.T) {
+	t.Parallel()
+	s, r, _ := su.setup(t)
+	const n = 100
+	msgs := make([]*outbox.Message, n)
+	for i := range msgs {
+		msgs[i] = NewMessage(fmt.Sprintf("agg-%d", i%7))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 10 {
+				if err := s.Publish(t.Context(), msgs[i]); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	got := r.Receive(t, n, 20*time.Second)
+	want := make([]string, n)
+	for i, m := range msgs {
+		want[i] = m.IDString()
+	}
+	ids := make([]string, len(got))
+	for i, g := range got {
+		ids[i] = g.ID
+	}
+	slices.Sort(want)
+	slices.Sort(ids)
+	require.Equal(t, want, ids, "every message delivered once")
+}
+
+func (su suite) cancelledContextIsRetryable(t *testing.T) {
+	t.Parallel()
+	s, _, _ := su.setup(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	start := time.Now()
+	err := s.Publish(ctx, NewMessage("a"))
+	require.Error(t, err, "a publish with a cancelled context cannot have been acknowledged")
+	require.True(t, outbox.IsRetryable(err), "want retryable, got %v", err)
+	require.Less(t, time.Since(start), 2*time.Second)
+}
+
+func (su suite) brokerDownIsRetryableThenRecovers(t *testing.T) {
+	t.Parallel()
+	s, r, p := su.setup(t)
+	first := NewMessage("a")
+	require.NoError(t, s.Publish(t.Context(), first))
+	require.Len(t, r.Receive(t, 1, 10*time.Second), 1)
+
+	p.Cut()
+	m := NewMessage("a")
+	for range 3 {
+		ctx, cancel := context.WithTimeout(t.Context(), su.h.DownTimeout)
+		start := time.Now()
+		err := s.Publish(ctx, m)
+		cancel()
+		require.Error(t, err, "publish succeeded while the broker was unreachable")
+		require.True(t, outbox.IsRetryable(err), "want retryable while down, got %v", err)
+		require.Less(t, time.Since(start), su.h.DownTimeout+2*time.Second, "publish overran its context")
+	}
+
+	p.Restore()
+	// As the dispatcher would: retry the same message until it goes through.
+	deadline := time.Now().Add(30 * time.Second)
+	var err error
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(t.Context(), su.h.DownTimeout)
+		err = s.Publish(ctx, m)
+		cancel()
+		if err == nil {
+			break
+		}
+		require.True(t, outbox.IsRetryable(err), "want retryable while recovering, got %v", err)
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.NoError(t, err, "sink did not recover after the broker came back")
+	// At least once: a protocol that resends unacknowledged packets on
+	// reconnect may deliver the first message again before m.
+	var ids []string
+	for wait := time.Now().Add(10 * time.Second); time.Now().Before(wait) && !slices.Contains(ids, m.IDString()); {
+		for _, g := range r.Receive(t, 1, time.Until(wait)) {
+			ids = append(ids, g.ID)
+		}
+	}
+	require.Contains(t, ids, m.IDString(), "the retried message arrived after recovery")
+	for _, id := range ids {
+		require.Contains(t, []string{first.IDString(), m.IDString()}, id, "only the two published messages arrive")
+	}
+}
+
+func (su suite) permanentFailure(t *testing.T) {
+	t.Parallel()
+	p := NewProxy(t, su.h.Upstream)
+	s, m := su.h.Permanent(t, p.Addr())
+	t.Cleanup(func() { _ = s.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	err := s.Publish(ctx, m)
+	require.Error(t, err)
+	require.True(t, outbox.IsPermanent(err), "want permanent, got %v", err)
 }
 
 func pick(m map[string]string, keys ...string) map[string]string {
