@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -51,6 +50,9 @@ var query = sinkutil.QuerySpec{
 // reservedHeaders are the message headers the sink writes itself: a
 // message's own headers never replace them.
 var reservedHeaders = sinkutil.Reserved{}
+
+// form is the URL's shape.
+var form = sinkutil.URLForm{Pkg: "amqpsink", Schemes: []string{"amqp", "amqps"}, Rest: "user:pass@host:port/vhost"}
 
 // config is a parsed sink URL.
 type config struct {
@@ -105,25 +107,11 @@ func parseURL(rawURL string) (*config, error) {
 
 // parseBase parses rawURL and checks its scheme, host and fragment.
 func parseBase(rawURL string) (*url.URL, error) {
-	u, err := url.Parse(rawURL)
+	u, err := form.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("amqpsink: malformed URL: %s", sinkutil.Scrub(sinkutil.ParseErrText(err), rawURL))
+		return nil, err
 	}
-	switch u.Scheme {
-	case "amqp", "amqps":
-	case "":
-		return nil, errors.New("amqpsink: URL has no scheme; want amqp://user:pass@host:port/vhost?exchange=NAME&routing_key=KEY")
-	default:
-		return nil, fmt.Errorf("amqpsink: unsupported URL scheme %q; want amqp or amqps", u.Scheme)
-	}
-	if u.Hostname() == "" {
-		return nil, fmt.Errorf("amqpsink: URL has no host; want %s://user:pass@host:port/vhost", u.Scheme)
-	}
-	if u.Fragment != "" || strings.Contains(rawURL, "#") {
-		// Even a bare trailing "#" would silently cut what follows it.
-		return nil, errors.New("amqpsink: URL must not contain a raw '#' (it starts a fragment that would be dropped); write %23")
-	}
-	return u, nil
+	return u, form.NoFragment(rawURL)
 }
 
 // parseQuery reads the sink's own parameters.

@@ -15,6 +15,9 @@ import (
 // query declares the URL's parameters.
 var query = sinkutil.QuerySpec{Known: []string{"client_id", "connect_timeout", "keepalive", "topic"}}
 
+// form is the URL's shape.
+var form = sinkutil.URLForm{Pkg: "mqttsink", Schemes: []string{"mqtt", "mqtts"}, Rest: "host:port"}
+
 // reservedHeaders are the user properties the sink writes itself: a
 // message's own headers never replace them.
 var reservedHeaders = sinkutil.Reserved{}
@@ -62,26 +65,17 @@ func parseBase(rawURL string) (*urlConfig, error) {
 	if strings.Contains(rawURL, "#") {
 		return nil, errors.New("mqttsink: a raw '#' in the URL starts a fragment and would be dropped; write %23 if you mean it (MQTT wildcards cannot be published to anyway)")
 	}
-	u, err := url.Parse(rawURL)
+	u, err := form.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("mqttsink: malformed URL: %s", sinkutil.Scrub(sinkutil.ParseErrText(err), rawURL))
+		return nil, err
 	}
 	if strings.Contains(u.RawQuery, "+") {
 		return nil, errors.New("mqttsink: a raw '+' in the query (topic=...) means a space; write %20 for a space or %2B for a plus (MQTT wildcards cannot be published to anyway)")
 	}
 	c := &urlConfig{u: u, host: u.Hostname()}
-	switch u.Scheme {
-	case "mqtt":
-		c.port = "1883"
-	case "mqtts":
+	c.port = "1883"
+	if u.Scheme == "mqtts" {
 		c.port = "8883"
-	case "":
-		return nil, errors.New("mqttsink: URL has no scheme; want mqtt:// or mqtts://")
-	default:
-		return nil, fmt.Errorf("mqttsink: unsupported URL scheme %q; want mqtt or mqtts", u.Scheme)
-	}
-	if c.host == "" {
-		return nil, fmt.Errorf("mqttsink: URL has no host; want %s://host:port", u.Scheme)
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {

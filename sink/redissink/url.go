@@ -1,7 +1,6 @@
 package redissink
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -20,6 +19,9 @@ var query = sinkutil.QuerySpec{Known: []string{
 // The sink has no reserved-header set: an entry's fields are fixed names and
 // a message's own headers travel inside the one "headers" field, where they
 // cannot replace a field the sink writes.
+
+// form is the URL's shape.
+var form = sinkutil.URLForm{Pkg: "redissink", Schemes: []string{"redis", "rediss"}, Rest: "host:port"}
 
 // config is a parsed sink URL.
 type config struct {
@@ -59,24 +61,14 @@ func parseURL(rawURL string) (*config, error) {
 
 // parseBase checks rawURL's form, scheme, host, port and database.
 func parseBase(rawURL string) (*config, error) {
-	if strings.Contains(rawURL, "#") {
-		return nil, errors.New("redissink: URL must not contain a raw '#' (it starts a fragment that would be dropped); write %23")
+	if err := form.NoFragment(rawURL); err != nil {
+		return nil, err
 	}
-	u, err := url.Parse(rawURL)
+	u, err := form.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("redissink: malformed URL: %s", sinkutil.Scrub(sinkutil.ParseErrText(err), rawURL))
-	}
-	switch u.Scheme {
-	case "redis", "rediss":
-	case "":
-		return nil, errors.New("redissink: URL has no scheme; want redis:// or rediss://")
-	default:
-		return nil, fmt.Errorf("redissink: unsupported URL scheme %q; want redis or rediss", u.Scheme)
+		return nil, err
 	}
 	host := u.Hostname()
-	if host == "" {
-		return nil, fmt.Errorf("redissink: URL has no host; want %s://host:port", u.Scheme)
-	}
 	port := u.Port()
 	if port == "" {
 		port = "6379"

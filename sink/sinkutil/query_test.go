@@ -150,3 +150,24 @@ func TestPrepareAndParseError(t *testing.T) {
 }
 
 var errEmpty = errors.New("empty")
+
+func TestURLForm(t *testing.T) {
+	t.Parallel()
+	f := sinkutil.URLForm{Pkg: "xsink", Schemes: []string{"x", "xs"}, Rest: "host:port"}
+	u, err := f.Parse("xs://u:s3cr3t@h:1/p")
+	require.NoError(t, err)
+	require.Equal(t, "h", u.Hostname())
+	for raw, want := range map[string]string{
+		"h:1":                 `xsink: unsupported URL scheme "h"; want x or xs`,
+		"//h":                 "xsink: URL has no scheme; want x:// or xs://",
+		"y://h":               `xsink: unsupported URL scheme "y"; want x or xs`,
+		"x:///p":              "xsink: URL has no host; want x://host:port",
+		"x://u:s3cr3t@h:port": "xsink: malformed URL",
+	} {
+		_, err := f.Parse(raw)
+		require.ErrorContains(t, err, want, raw)
+		require.NotContains(t, err.Error(), "s3cr3t")
+	}
+	require.NoError(t, f.NoFragment("x://h"))
+	require.EqualError(t, f.NoFragment("x://h#"), "xsink: URL must not contain a raw '#' (it starts a fragment that would be dropped); write %23")
+}
