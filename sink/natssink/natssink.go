@@ -134,15 +134,15 @@ func New(rawURL string, opts *Options) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.TLSConfig != nil && !cfg.tls {
-		return nil, errors.New("natssink: Options.TLSConfig is set but the URL scheme is nats://; use tls:// or nats+tls://")
-	}
 	s := &Sink{
 		cfg:       cfg,
 		log:       sinkutil.Logger(opts.Logger),
 		tlsConfig: opts.TLSConfig,
 		servers:   strings.Join(cfg.servers, ","),
 		sem:       make(chan struct{}, cfg.maxPending),
+	}
+	if s.tlsConfig != nil && !cfg.tls {
+		return nil, errors.New("natssink: Options.TLSConfig is set but the URL scheme is nats://; use tls:// or nats+tls://")
 	}
 	c, err := s.dial()
 	if err != nil {
