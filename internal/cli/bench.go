@@ -2,12 +2,13 @@ package cli
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"slices"
 	"time"
+
+	flag "github.com/spf13/pflag"
 
 	"github.com/outboxd/outbox"
 	"github.com/outboxd/outbox/internal/bench"

@@ -3,13 +3,14 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os/user"
 	"strings"
 	"time"
+
+	flag "github.com/spf13/pflag"
 
 	"github.com/outboxd/outbox"
 )
@@ -19,6 +20,7 @@ type filterFlags []string
 
 func (f *filterFlags) String() string     { return strings.Join(*f, " ") }
 func (f *filterFlags) Set(s string) error { *f = append(*f, s); return nil }
+func (f *filterFlags) Type() string       { return "TERM" }
 
 func (f *filterFlags) register(fs *flag.FlagSet) {
 	fs.Var(f, "filter", "a filter term, repeatable: status=dead, event_type=E, aggregate_type=T, aggregate_id=ID, "+

@@ -7,16 +7,17 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"reflect"
 	"strings"
 	"syscall"
 
 	"github.com/go-logr/logr"
+	flag "github.com/spf13/pflag"
 	"go.opentelemetry.io/otel"
 )
 
@@ -32,6 +33,10 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// collect, when set, receives each command's flag set in place of a
+	// parse (the command then stops with errCollected): how completion
+	// learns a command's flags without running it.
+	collect func(*flag.FlagSet)
 }
 
 type command struct {
@@ -76,22 +81,23 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		printUsage(stderr)
 		return ExitUsage
 	}
-	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	switch args[0] {
+	case "help", "-h", "--help":
+		if len(args) > 1 && args[0] == "help" && findCommand(args[1]) != nil {
+			// `outboxd help run` is `outboxd run --help`.
+			args = []string{args[1], "--help"}
+			break
+		}
 		printUsage(stdout)
 		return ExitOK
 	}
-	name := args[0]
-	for _, c := range commands() {
-		if c.name != name {
-			continue
-		}
-		ctx, stop := shutdownContext(ctx, stderr)
-		defer stop()
-		err := c.run(ctx, e, args[1:])
-		return report(e, err)
+	root := newRoot(e)
+	if name := args[0]; !strings.HasPrefix(name, "-") && !isCommand(root, name) {
+		fmt.Fprintf(stderr, "outboxd: unknown command %q%s (run `outboxd help`)\n", name, didYouMean(root.SuggestionsFor(name), ""))
+		return ExitUsage
 	}
-	fmt.Fprintf(stderr, "outboxd: unknown command %q (run `outboxd help`)\n", name)
-	return ExitUsage
+	root.SetArgs(args)
+	return report(e, root.ExecuteContext(ctx))
 }
 
 func report(e *env, err error) int {
@@ -110,59 +116,171 @@ func report(e *env, err error) int {
 func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "outboxd relays a PostgreSQL transactional outbox to a sink, at least once, under lease and fencing.")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Usage: outboxd COMMAND [flags]")
+	fmt.Fprintln(w, "Usage: outboxd COMMAND [ARGS] [flags]")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Commands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
+	fmt.Fprintf(w, "  %-10s %s\n", "completion", "print a shell completion script: completion bash|zsh|fish")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Every command takes --dsn (else $OUTBOX_DSN, else the libpq environment: PGHOST, PGUSER, ...)")
-	fmt.Fprintln(w, "and --table (default outbox; may be schema-qualified). `outboxd COMMAND -h` lists a command's flags.")
+	fmt.Fprintln(w, "and --table (default outbox; may be schema-qualified). `outboxd COMMAND -h` lists a command's flags")
+	fmt.Fprintln(w, "and the OUTBOXD_* variable that sets each one. Flags go anywhere after the command, in GNU form")
+	fmt.Fprintln(w, "(--table x, --ordered=false); the single-dash -table x is read as --table x.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Sink URL schemes (--sink, --route): "+strings.Join(sinkSchemes(), ", ")+" (stdout: and null: take no address)")
 }
 
 // newFlagSet returns a flag set that reports errors as usage errors instead
-// of printing and exiting.
+// of printing and exiting. Flags may come before, between or after the
+// positional arguments.
 func newFlagSet(e *env, name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
 		fmt.Fprintf(e.stdout, "Usage: outboxd %s\n\nFlags:\n", synopsis)
-		fs.SetOutput(e.stdout)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
+		printFlags(e.stdout, fs)
 	}
 	return fs
 }
 
+// envAnnotation is the flag annotation listing the environment variables
+// that set a flag (config layering), shown in the flag list.
+const envAnnotation = "outboxd_env"
+
+// markLayered records on each flag of fs the environment variables that set
+// it when the command line does not, as applyLayers reads them.
+func markLayered(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		var vars []string
+		switch f.Name {
+		case connectFlag:
+			return
+		case "config":
+			vars = []string{"OUTBOXD_CONFIG"}
+		case "dsn":
+			vars = []string{envName(f.Name), "OUTBOX_DSN"}
+		default:
+			vars = []string{envName(f.Name)}
+		}
+		if f.Annotations == nil {
+			f.Annotations = map[string][]string{}
+		}
+		f.Annotations[envAnnotation] = vars
+	})
+}
+
+// printFlags writes the flag list, as Go's flag package laid it out, in GNU
+// spelling: each flag, its value's kind, then its usage, default and
+// environment variables.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Hidden {
+			return
+		}
+		varname, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if varname != "" {
+			line += " " + varname
+		}
+		if !isZeroDefault(f) {
+			if f.Value.Type() == "string" {
+				usage += fmt.Sprintf(" (default %q)", f.DefValue)
+			} else {
+				usage += fmt.Sprintf(" (default %s)", f.DefValue)
+			}
+		}
+		for _, v := range f.Annotations[envAnnotation] {
+			usage += " [$" + v + "]"
+		}
+		fmt.Fprintf(w, "%s\n    \t%s\n", line, strings.ReplaceAll(usage, "\n", "\n    \t"))
+	})
+}
+
+// isZeroDefault reports whether a flag's default is its type's zero value,
+// which the flag list does not show.
+func isZeroDefault(f *flag.Flag) bool {
+	switch f.DefValue {
+	case "", "0", "0s", "false", "[]":
+		return true
+	}
+	t := reflect.TypeOf(f.Value)
+	if q, ok := f.Value.(*quietValue); ok {
+		t = reflect.TypeOf(q.Value)
+	}
+	if t.Kind() != reflect.Pointer {
+		return false
+	}
+	z, ok := reflect.New(t.Elem()).Interface().(flag.Value)
+	return ok && z.String() == f.DefValue
+}
+
 // parseFlags parses args, turning flag errors into usage errors and -h into
 // the flag list.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	// The flag package calls Usage itself on -h and on every parse error;
-	// silenced here, the flag list is printed once, on -h only, so an error
-	// leaves stdout clean for whatever reads it.
-	usage := fs.Usage
-	fs.Usage = func() {}
-	err := fs.Parse(args)
-	fs.Usage = usage
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			usage()
-			return flag.ErrHelp
-		}
-		var quiet error
-		fs.VisitAll(func(f *flag.Flag) {
-			if q, ok := f.Value.(*quietValue); ok && q.err != nil && quiet == nil {
-				quiet = usagef("%s: invalid value for --%s: %v", fs.Name(), f.Name, q.err)
-			}
-		})
-		if quiet != nil {
-			return quiet
-		}
-		return usagef("%s: %v", fs.Name(), err)
+func parseFlags(e *env, fs *flag.FlagSet, args []string) error {
+	if e.collect != nil {
+		e.collect(fs)
+		return errCollected
 	}
-	return nil
+	err := fs.Parse(normalizeArgs(fs, args))
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return flag.ErrHelp // pflag has printed the flag list (fs.Usage)
+	}
+	var quiet error
+	fs.VisitAll(func(f *flag.Flag) {
+		if q, ok := f.Value.(*quietValue); ok && q.err != nil && quiet == nil {
+			quiet = usagef("%s: invalid value for --%s: %v", fs.Name(), f.Name, q.err)
+		}
+	})
+	if quiet != nil {
+		return quiet
+	}
+	var ne *flag.NotExistError
+	if errors.As(err, &ne) && ne.GetSpecifiedShortnames() == "" {
+		var names []string
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+		name := ne.GetSpecifiedName()
+		return usagef("%s: unknown flag --%s%s", fs.Name(), name, didYouMean(suggest(name, names), "--"))
+	}
+	return usagef("%s: %v", fs.Name(), err)
 }
+
+// normalizeArgs rewrites the single-dash long form that Go's flag package
+// read (-table x, -ordered=false) to the GNU form pflag reads (--table x).
+// A value following a flag that takes one is left as it is, and so is
+// everything after "--".
+func normalizeArgs(fs *flag.FlagSet, args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		var name string
+		switch {
+		case strings.HasPrefix(a, "--"):
+			name = a[2:]
+		case len(a) > 2 && a[0] == '-' && isLetter(a[1]):
+			name, a = a[1:], "-"+a
+		default:
+			out = append(out, a)
+			continue
+		}
+		out = append(out, a)
+		n, _, hasValue := strings.Cut(name, "=")
+		if f := fs.Lookup(n); f != nil && !hasValue && f.NoOptDefVal == "" && i+1 < len(args) {
+			i++
+			out = append(out, args[i])
+		}
+	}
+	return out
+}
+
+func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
 
 // quietValue wraps a flag.Value whose text may hold a secret (a sink URL
 // with its password or token). The flag package reports a failed Set as
@@ -193,8 +311,15 @@ func quietVar(fs *flag.FlagSet, v flag.Value, name, usage string) {
 	fs.Var(&quietValue{Value: v}, name, usage)
 }
 
-func runVersion(_ context.Context, e *env, _ []string) error {
-	fmt.Fprintln(e.stdout, "outboxd", Version)
+func runVersion(_ context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "version", "version")
+	if err := parseFlags(e, fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	fmt.Fprintln(e.stdout, "outboxd", versionString())
 	return nil
 }
 

@@ -1003,7 +1003,7 @@ func testHelp(t *testing.T, bin string) {
 	for _, f := range []string{"dsn", "table", "sink", "workers", "batch", "max-attempts", "lease", "poll-interval",
 		"publish-timeout", "retry-base", "retry-cap", "defer-delay", "defer-max-age", "ordered", "no-notify", "owner",
 		"drain", "log-format", "log-level"} {
-		require.Regexp(t, `(?m)^\s+-`+f+`\b`, r.stdout)
+		require.Regexp(t, `(?m)^\s+--`+f+`\b`, r.stdout)
 	}
 
 	for _, cmd := range [][]string{{"migrate", "-h"}, {"status", "--help"}, {"dead", "list", "-h"}, {"dead", "-h"}} {
@@ -1014,7 +1014,7 @@ func testHelp(t *testing.T, bin string) {
 
 	r = runBin(t, bin, env, nil, "version")
 	requireOK(t, r)
-	require.Regexp(t, `^outboxd \S+\n$`, r.stdout)
+	require.Regexp(t, `^outboxd \S+( \(revision [0-9a-f]+(, modified)?\))?\n$`, r.stdout)
 }
 
 var (

@@ -3,13 +3,13 @@ package cli
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"sort"
 	"strings"
 
+	flag "github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/outboxd/outbox/sink/sinkutil"
@@ -31,6 +31,8 @@ import (
 type configFile struct {
 	path   string
 	values map[string]string
+	// lines are the line of each key in the file, for errors.
+	lines  map[string]int
 	routes []routeSpec
 }
 
@@ -62,12 +64,17 @@ func loadConfigFile(path string, known func(string) bool) (*configFile, error) {
 	if err != nil {
 		return nil, usagef("--config: %v", err)
 	}
-	var raw map[string]any
+	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(&raw); err != nil && !errors.Is(err, io.EOF) {
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return nil, usagef("--config %s: %v", path, err)
 	}
-	cf := &configFile{path: path, values: map[string]string{}}
+	var raw map[string]any
+	if err := doc.Decode(&raw); err != nil {
+		return nil, usagef("--config %s: %v", path, err)
+	}
+	lines, routeLines := keyLines(&doc)
+	cf := &configFile{path: path, values: map[string]string{}, lines: lines}
 	keys := make([]string, 0, len(raw))
 	for k := range raw {
 		keys = append(keys, k)
@@ -76,19 +83,19 @@ func loadConfigFile(path string, known func(string) bool) (*configFile, error) {
 	for _, k := range keys {
 		v := raw[k]
 		if k == "routes" {
-			routes, err := parseRoutes(v)
+			routes, err := parseRoutes(v, routeLines)
 			if err != nil {
-				return nil, usagef("--config %s: routes: %v", path, err)
+				return nil, usagef("--config %s: line %d: routes: %v", path, lines[k], err)
 			}
 			cf.routes = routes
 			continue
 		}
 		if !known(k) {
-			return nil, usagef("--config %s: unknown key %q", path, k)
+			return nil, usagef("--config %s: line %d: unknown key %q", path, lines[k], k)
 		}
 		switch v := v.(type) {
 		case map[string]any, []any:
-			return nil, usagef("--config %s: %s must be a single value", path, k)
+			return nil, usagef("--config %s: line %d: %s must be a single value", path, lines[k], k)
 		case nil:
 			continue
 		default:
@@ -98,48 +105,81 @@ func loadConfigFile(path string, known func(string) bool) (*configFile, error) {
 	return cf, nil
 }
 
-func parseRoutes(v any) ([]routeSpec, error) {
+// keyLines returns the line of each top-level key of a YAML document, and
+// the line of each entry of its routes: list.
+func keyLines(doc *yaml.Node) (keys map[string]int, routes []int) {
+	keys = map[string]int{}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return keys, nil
+	}
+	m := doc.Content[0].Content
+	for i := 0; i+1 < len(m); i += 2 {
+		keys[m[i].Value] = m[i].Line
+		if m[i].Value == "routes" && m[i+1].Kind == yaml.SequenceNode {
+			for _, item := range m[i+1].Content {
+				routes = append(routes, item.Line)
+			}
+		}
+	}
+	return keys, routes
+}
+
+// parseRoutes reads a routes: list; lines, when known, are each entry's
+// line in the file, for errors.
+func parseRoutes(v any, lines []int) ([]routeSpec, error) {
 	list, ok := v.([]any)
 	if !ok {
 		return nil, errors.New("want a list of {aggregate_type, event_type, sink}")
 	}
 	out := make([]routeSpec, 0, len(list))
 	for i, item := range list {
-		m, ok := item.(map[string]any)
-		if !ok {
-			return nil, fmt.Errorf("route %d: want a mapping", i+1)
-		}
-		var r routeSpec
-		for k, val := range m {
-			switch k {
-			case "aggregate_type", "aggregate_types":
-				p, err := stringList(val)
-				if err != nil {
-					return nil, fmt.Errorf("route %d: %s: %w", i+1, k, err)
-				}
-				r.AggregateTypes = p
-			case "event_type", "event_types":
-				p, err := stringList(val)
-				if err != nil {
-					return nil, fmt.Errorf("route %d: %s: %w", i+1, k, err)
-				}
-				r.EventTypes = p
-			case "sink":
-				s, ok := val.(string)
-				if !ok || s == "" {
-					return nil, fmt.Errorf("route %d: sink must be a URL", i+1)
-				}
-				r.Sink = s
-			default:
-				return nil, fmt.Errorf("route %d: unknown key %q (want aggregate_type, event_type, sink)", i+1, k)
+		r, err := parseRoute(item)
+		if err != nil {
+			if i < len(lines) {
+				return nil, fmt.Errorf("route %d (line %d): %w", i+1, lines[i], err)
 			}
-		}
-		if r.Sink == "" {
-			return nil, fmt.Errorf("route %d: no sink", i+1)
+			return nil, fmt.Errorf("route %d: %w", i+1, err)
 		}
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// parseRoute reads one routes: entry.
+func parseRoute(item any) (routeSpec, error) {
+	var r routeSpec
+	m, ok := item.(map[string]any)
+	if !ok {
+		return r, errors.New("want a mapping")
+	}
+	for k, val := range m {
+		switch k {
+		case "aggregate_type", "aggregate_types":
+			p, err := stringList(val)
+			if err != nil {
+				return r, fmt.Errorf("%s: %w", k, err)
+			}
+			r.AggregateTypes = p
+		case "event_type", "event_types":
+			p, err := stringList(val)
+			if err != nil {
+				return r, fmt.Errorf("%s: %w", k, err)
+			}
+			r.EventTypes = p
+		case "sink":
+			s, ok := val.(string)
+			if !ok || s == "" {
+				return r, errors.New("sink must be a URL")
+			}
+			r.Sink = s
+		default:
+			return r, fmt.Errorf("unknown key %q (want aggregate_type, event_type, sink)", k)
+		}
+	}
+	if r.Sink == "" {
+		return r, errors.New("no sink")
+	}
+	return r, nil
 }
 
 func stringList(v any) ([]string, error) {
@@ -223,6 +263,8 @@ type routeFlags []routeSpec
 
 func (r *routeFlags) String() string { return fmt.Sprint(len(*r)) + " routes" }
 
+func (r *routeFlags) Type() string { return "ROUTE" }
+
 func (r *routeFlags) Set(s string) error {
 	spec, err := parseRouteFlag(s)
 	if err != nil {
@@ -247,15 +289,15 @@ func applyLayers(fs *flag.FlagSet, file *configFile, getenv func(string) string)
 		case set[f.Name]:
 			sources[f.Name] = fromFlag
 		case getenv(envName(f.Name)) != "":
-			if e := fs.Set(f.Name, getenv(envName(f.Name))); e != nil {
+			if e := setFlag(fs, f.Name, getenv(envName(f.Name))); e != nil {
 				err = usagef("%s: %v", envName(f.Name), e)
 			}
 			sources[f.Name] = fromEnv
 		case f.Name == "dsn" && getenv("OUTBOX_DSN") != "":
 			sources[f.Name] = fromEnv // resolveDSN reads it
 		case file != nil && file.values[f.Name] != "":
-			if e := fs.Set(f.Name, file.values[f.Name]); e != nil {
-				err = usagef("--config %s: %s: %v", file.path, f.Name, e)
+			if e := setFlag(fs, f.Name, file.values[f.Name]); e != nil {
+				err = usagef("--config %s: line %d: %s: %v", file.path, file.lines[f.Name], f.Name, e)
 			}
 			sources[f.Name] = fromFile
 		default:
@@ -263,6 +305,16 @@ func applyLayers(fs *flag.FlagSet, file *configFile, getenv func(string) string)
 		}
 	})
 	return sources, err
+}
+
+// setFlag sets a flag from another layer. Its error is the value's own,
+// without the raw value pflag quotes around it: the value may be a secret.
+func setFlag(fs *flag.FlagSet, name, value string) error {
+	err := fs.Set(name, value)
+	if ive := (*flag.InvalidValueError)(nil); errors.As(err, &ive) {
+		return ive.Unwrap()
+	}
+	return err
 }
 
 // maskSecret hides secrets in a value for display: whole values of secret
@@ -287,7 +339,8 @@ func maskSecret(name, value string) string {
 // that this command does not have are ignored: one file serves every
 // command (run validates it strictly).
 func parseLayered(e *env, fs *flag.FlagSet, db *dbFlags, args []string) error {
-	if err := parseFlags(fs, args); err != nil {
+	markLayered(fs)
+	if err := parseFlags(e, fs, args); err != nil {
 		return err
 	}
 	path := db.config

@@ -22,6 +22,8 @@ type tablesFlag []string
 
 func (t *tablesFlag) String() string { return strings.Join(*t, ",") }
 
+func (t *tablesFlag) Type() string { return "NAME" }
+
 func (t *tablesFlag) Set(v string) error {
 	for _, name := range strings.Split(v, ",") {
 		if name = strings.TrimSpace(name); name != "" {

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"strconv"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	flag "github.com/spf13/pflag"
 
 	"github.com/outboxd/outbox"
 )
@@ -130,6 +130,8 @@ func (f *durationFlag) String() string {
 	}
 	return f.d.String()
 }
+
+func (f *durationFlag) Type() string { return "duration" }
 
 func (f *durationFlag) Set(s string) error {
 	d, err := parseDuration(s)

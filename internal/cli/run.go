@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	flag "github.com/spf13/pflag"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxd/outbox"
@@ -144,7 +144,8 @@ func newRunSetup(e *env, name, synopsis string) *runSetup {
 
 // parse reads flags, then fills the rest from the environment and the file.
 func (s *runSetup) parse(e *env, args []string) error {
-	if err := parseFlags(s.fs, args); err != nil {
+	markLayered(s.fs)
+	if err := parseFlags(e, s.fs, args); err != nil {
 		return err
 	}
 	if err := noArgs(s.fs); err != nil {
@@ -444,6 +445,8 @@ func (s *secretFlags) String() string {
 	}
 	return fmt.Sprintf("%d secret(s)", len(*s))
 }
+
+func (s *secretFlags) Type() string { return "SECRET" }
 
 func (s *secretFlags) Set(v string) error {
 	for _, part := range strings.Split(v, ",") {
