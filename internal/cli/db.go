@@ -33,6 +33,7 @@ const appNameDefault = "outboxd"
 func (d *dbFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&d.dsn, "dsn", "", "PostgreSQL connection string (default $OUTBOX_DSN, else the libpq environment)")
 	fs.StringVar(&d.table, "table", outbox.TableDefault, "outbox table, NAME or SCHEMA.NAME")
+	setsField(fs, "table", "Table")
 	fs.StringVar(&d.config, "config", "", "YAML config file (default $OUTBOXD_CONFIG); flags and OUTBOXD_* variables override it")
 }
 
