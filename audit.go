@@ -10,24 +10,15 @@ import (
 )
 
 // AuditEntry is one operator write as the audit table (<table>_audit)
-// records it: dead retry or skip, replay, dry runs included.
-type AuditEntry struct {
-	// At is when the write started; FinishedAt when it ended (nil while it
-	// runs, or if its process died).
-	At         time.Time
-	FinishedAt *time.Time
-	Actor      string
-	// Action is dead_retry, dead_skip or replay.
-	Action string
-	// Name is the replay's name; empty otherwise.
-	Name string
-	// Filter is the filter's terms ([Filter.Terms]); empty for "all".
-	Filter []string
-	// Count is how many messages the write moved (for a dry run, would
-	// move), kept current batch by batch.
-	Count  int64
-	DryRun bool
-}
+// records it: dead retry or skip, replay, dry runs included. At is when the
+// write started, FinishedAt when it ended (nil while it runs, or if its
+// process died); Action is dead_retry, dead_skip or replay; Name the
+// replay's name; Filter the filter's terms ([Filter.Terms], empty for
+// "all"); Count how many messages it moved (a dry run: would move), kept
+// current batch by batch.
+//
+// The type is the store's own: the entry is defined where it is written.
+type AuditEntry = store.Audit
 
 // Audit actions.
 const (
@@ -52,11 +43,7 @@ func (a *Admin) AuditList(ctx context.Context, limit int) ([]AuditEntry, error) 
 	if err != nil {
 		return nil, fmt.Errorf("outbox: audit list: %w", err)
 	}
-	out := make([]AuditEntry, len(rows))
-	for i, r := range rows {
-		out[i] = AuditEntry(r)
-	}
-	return out, nil
+	return rows, nil
 }
 
 // SetLogger sets where the audit log lines of writes go. Defaults to
@@ -72,7 +59,7 @@ func (a *Admin) log() *slog.Logger {
 
 // auditStart records a write about to run and returns its row id.
 func (a *Admin) auditStart(ctx context.Context, e AuditEntry) (int64, error) {
-	id, err := a.store.AuditInsert(ctx, a.db, store.Audit(e), false)
+	id, err := a.store.AuditInsert(ctx, a.db, e, false)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: %s: recording the audit row: %w", label(e.Action), err)
 	}
@@ -94,7 +81,7 @@ func (a *Admin) auditEnd(ctx context.Context, id int64, e AuditEntry, count *int
 
 // auditDryRun records a dry run, complete.
 func (a *Admin) auditDryRun(ctx context.Context, e AuditEntry) error {
-	if _, err := a.store.AuditInsert(ctx, a.db, store.Audit(e), true); err != nil {
+	if _, err := a.store.AuditInsert(ctx, a.db, e, true); err != nil {
 		return fmt.Errorf("outbox: %s: recording the audit row: %w", label(e.Action), err)
 	}
 	a.logAudit(e, nil)

@@ -7,16 +7,25 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Audit is one row of the audit table.
+// Audit is one operator write as the audit table (<table>_audit) records
+// it: dead retry or skip, replay, dry runs included. The root package
+// exports this type as outbox.AuditEntry.
 type Audit struct {
+	// At is when the write started; FinishedAt when it ended (nil while it
+	// runs, or if its process died).
 	At         time.Time
 	FinishedAt *time.Time
 	Actor      string
-	Action     string
-	Name       string
-	Filter     []string
-	Count      int64
-	DryRun     bool
+	// Action is dead_retry, dead_skip or replay.
+	Action string
+	// Name is the replay's name; empty otherwise.
+	Name string
+	// Filter is the filter's terms (Filter.Terms); empty for "all".
+	Filter []string
+	// Count is how many messages the write moved (for a dry run, would
+	// move), kept current batch by batch.
+	Count  int64
+	DryRun bool
 }
 
 // AuditInsert records a write. A dry run (or anything already complete) is
