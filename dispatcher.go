@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxd/outbox/internal/service"
 	"github.com/outboxd/outbox/internal/store"
 )
 
@@ -38,11 +39,8 @@ type Dispatcher struct {
 	breaker breaker
 	sizer   *claimSizer
 
-	mu      sync.Mutex
-	running bool
-	cancel  context.CancelFunc
-	done    chan struct{}
-	runErr  error
+	// runner runs the dispatcher between Start and Stop.
+	runner service.Runner
 }
 
 // NewDispatcher returns a dispatcher that relays cfg.Table to sink using
@@ -100,46 +98,34 @@ func (d *Dispatcher) Drain(ctx context.Context) error { return d.run(ctx, true) 
 // until ctx is cancelled. It fails at once if the table does not exist or
 // the role lacks a privilege the dispatcher needs.
 func (d *Dispatcher) Start(ctx context.Context) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.running {
-		select {
-		case <-d.done: // stopped on its own (its context ended): start afresh
-		default:
-			return errors.New("outbox: dispatcher already started")
-		}
+	if running(d.runner.Done()) {
+		return errors.New("outbox: dispatcher already started")
 	}
 	if _, err := d.resolve(ctx); err != nil {
 		return err
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	d.running, d.cancel, d.done, d.runErr = true, cancel, make(chan struct{}), nil
-	go func() {
-		err := d.run(runCtx, false)
-		d.mu.Lock()
-		d.runErr = err
-		d.mu.Unlock()
-		close(d.done)
-	}()
-	return nil
+	err := d.runner.Start(ctx, func(ctx context.Context) error { return d.run(ctx, false) })
+	if errors.Is(err, service.ErrRunning) {
+		return errors.New("outbox: dispatcher already started")
+	}
+	return err
 }
 
 // Stop shuts a started dispatcher down gracefully and waits for it. It is
 // safe to call more than once, and before Start.
-func (d *Dispatcher) Stop() error {
-	d.mu.Lock()
-	if !d.running {
-		d.mu.Unlock()
-		return nil
+func (d *Dispatcher) Stop() error { return d.runner.Stop() }
+
+// running reports whether a service whose Done channel is done still runs.
+func running(done <-chan struct{}) bool {
+	if done == nil {
+		return false
 	}
-	cancel, done := d.cancel, d.done
-	d.mu.Unlock()
-	cancel()
-	<-done
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.running = false
-	return d.runErr
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
 }
 
 // resolve checks, before anything is claimed, that the connected role holds

@@ -2,7 +2,8 @@ package outbox
 
 import (
 	"context"
-	"sync"
+
+	"github.com/outboxd/outbox/internal/service"
 )
 
 // startService runs fn in the background, the one shape of every service a
@@ -10,13 +11,10 @@ import (
 // until its context is cancelled and returns when it has cleaned up. The
 // returned stop cancels that context and waits for fn to return.
 func startService(ctx context.Context, fn func(context.Context)) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() { fn(ctx) })
-	return func() {
-		cancel()
-		wg.Wait()
-	}
+	var r service.Runner
+	// A fresh Runner always starts.
+	_ = r.Start(ctx, func(ctx context.Context) error { fn(ctx); return nil })
+	return func() { _ = r.Stop() }
 }
 
 // stopService stops a service started with startService; nil is a service

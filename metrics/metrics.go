@@ -48,6 +48,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/internal/service"
 )
 
 // Defaults.
@@ -392,25 +393,21 @@ func (m *Metrics) StartRefresher(ctx context.Context, admin *outbox.Admin, every
 	m.mu.Lock()
 	m.interval = every
 	m.mu.Unlock()
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	var r service.Runner
+	// A fresh Runner always starts.
+	_ = r.Start(ctx, func(ctx context.Context) error {
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			m.refresh(ctx, admin, max(every, minRefreshTimeout))
 			select {
 			case <-ctx.Done():
-				return
+				return nil
 			case <-t.C:
 			}
 		}
-	}()
-	return func() {
-		cancel()
-		<-done
-	}
+	})
+	return func() { _ = r.Stop() }
 }
 
 func (m *Metrics) refresh(ctx context.Context, admin *outbox.Admin, timeout time.Duration) {

@@ -1,0 +1,48 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/outboxd/outbox/internal/service"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestRunnerStartStop(t *testing.T) {
+	var r service.Runner
+	require.NoError(t, r.Stop(), "Stop before Start")
+
+	started := make(chan struct{})
+	boom := errors.New("boom")
+	loop := func(ctx context.Context) error {
+		close(started)
+		<-ctx.Done()
+		return boom
+	}
+	require.NoError(t, r.Start(t.Context(), loop))
+	<-started
+	require.ErrorIs(t, r.Start(t.Context(), loop), service.ErrRunning)
+	require.ErrorIs(t, r.Stop(), boom, "Stop returns the loop's error")
+	require.NoError(t, r.Stop(), "a second Stop")
+}
+
+func TestRunnerRestartsAfterItsContextEnded(t *testing.T) {
+	var r service.Runner
+	ctx, cancel := context.WithCancel(t.Context())
+	require.NoError(t, r.Start(ctx, func(ctx context.Context) error { <-ctx.Done(); return nil }))
+	cancel()
+	<-r.Done()
+	runs := make(chan struct{}, 1)
+	require.NoError(t, r.Start(t.Context(), func(ctx context.Context) error {
+		runs <- struct{}{}
+		<-ctx.Done()
+		return nil
+	}), "a loop that ended on its own may start again")
+	<-runs
+	require.NoError(t, r.Stop())
+}
