@@ -135,6 +135,13 @@ func TestParser(t *testing.T) {
 		for _, sub := range []string{"list", "show", "retry", "skip"} {
 			require.Regexp(t, `(?m)^`+sub+`$`, r.stdout)
 		}
+		r = runMain(t, "__complete", "run", "--sink", "")
+		require.Equal(t, 0, r.code, "%+v", r)
+		for _, v := range []string{"stdout:", "null:", "https://", "nats://", "kafka://", "mqtts://"} {
+			require.Regexp(t, `(?m)^`+regexp.QuoteMeta(v)+`$`, r.stdout)
+		}
+		r = runMain(t, "__complete", "run", "-log-level", "")
+		require.Regexp(t, `(?m)^warn$`, r.stdout)
 		r = runMain(t, "__complete", "st")
 		require.Regexp(t, `(?m)^status\t`, r.stdout)
 	})

@@ -101,6 +101,11 @@ func newRoot(e *env) *cobra.Command {
 // completeArgs offers a command's flags when the word starts with "-", and
 // its subcommands as the first word.
 func completeArgs(cmd *cobra.Command, e *env, run func(context.Context, *env, []string) error, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	if n := len(args); n > 0 && !strings.HasPrefix(toComplete, "-") {
+		if values, ok := flagValues(args[n-1]); ok {
+			return values, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
+		}
+	}
 	if !strings.HasPrefix(toComplete, "-") {
 		if subs := subcommands[cmd.Name()]; len(args) == 0 && subs != nil {
 			return subs, cobra.ShellCompDirectiveNoFileComp
@@ -121,6 +126,29 @@ func completeArgs(cmd *cobra.Command, e *env, run func(context.Context, *env, []
 		}
 	})
 	return out, cobra.ShellCompDirectiveNoFileComp
+}
+
+// flagValues returns the values to offer after a flag whose values are a
+// known list: the sink URL schemes, the log formats and levels.
+func flagValues(flagArg string) ([]cobra.Completion, bool) {
+	switch strings.TrimLeft(flagArg, "-") {
+	case "sink":
+		var out []cobra.Completion
+		for _, s := range sinkSchemes() {
+			switch s {
+			case "stdout", "null":
+				out = append(out, s+":")
+			default:
+				out = append(out, s+"://")
+			}
+		}
+		return out, true
+	case "log-format":
+		return []cobra.Completion{"text", "json"}, true
+	case "log-level":
+		return []cobra.Completion{"debug", "info", "warn", "error"}, true
+	}
+	return nil, false
 }
 
 func firstLine(s string) string {
