@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/internal/service"
 	"github.com/outboxd/outbox/metrics"
 	"github.com/outboxd/outbox/sink/route"
 	"github.com/outboxd/outbox/sink/sinkutil"
@@ -409,17 +410,16 @@ func checkRoutes(ctx context.Context, pool *pgxpool.Pool, table string, router *
 
 // logProgress logs the dispatcher's counters every interval while they move.
 func logProgress(ctx context.Context, logger *slog.Logger, d *outbox.Dispatcher, every time.Duration) func() {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	var r service.Runner
+	// A fresh Runner always starts.
+	_ = r.Start(ctx, func(ctx context.Context) error {
 		t := time.NewTicker(every)
 		defer t.Stop()
 		var last outbox.Stats
 		for {
 			select {
 			case <-ctx.Done():
-				return
+				return nil
 			case <-t.C:
 			}
 			st := d.Stats()
@@ -431,8 +431,8 @@ func logProgress(ctx context.Context, logger *slog.Logger, d *outbox.Dispatcher,
 				slog.Int64("dead", st.Dead), slog.Int64("lease_lost", st.LeaseLost), slog.Float64("done_per_second", rate))
 			last = st
 		}
-	}()
-	return func() { cancel(); <-done }
+	})
+	return func() { _ = r.Stop() }
 }
 
 // runRetention purges done rows older than keep in the background, checking
@@ -443,14 +443,11 @@ func runRetention(ctx context.Context, pool *pgxpool.Pool, table string, keep ti
 	if err != nil {
 		return func() {}
 	}
-	every := min(max(keep/10, time.Minute), time.Hour)
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		admin.RunRetention(ctx, keep, every, logger)
-	}()
-	return func() { cancel(); <-done }
+	r := admin.Retention(keep, min(max(keep/10, time.Minute), time.Hour), logger)
+	if err := r.Start(ctx); err != nil {
+		return func() {}
+	}
+	return func() { _ = r.Stop() }
 }
 
 // secretFlags collects webhook secrets from repeated or comma-separated
