@@ -13,7 +13,7 @@ func TestCheckURL(t *testing.T) {
 	for _, good := range []string{"stdout", "stdout:", "STDOUT:"} {
 		require.NoError(t, stdoutsink.CheckURL(good), good)
 	}
-	require.EqualError(t, stdoutsink.CheckURL("stdot"), "stdoutsink: URL has no scheme; want stdout:")
+	require.EqualError(t, stdoutsink.CheckURL("stdot"), "stdoutsink: URL has no scheme; want \"stdout:\"")
 	err := stdoutsink.CheckURL("http://u:s3cr3t@h")
 	require.EqualError(t, err, `stdoutsink: unsupported URL scheme "http"; want stdout`)
 }

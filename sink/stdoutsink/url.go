@@ -19,7 +19,7 @@ func CheckURL(rawURL string) error {
 	case rawURL == "stdout":
 		return nil
 	case !ok || scheme == "":
-		return errors.New("stdoutsink: URL has no scheme; want stdout:")
+		return errors.New("stdoutsink: URL has no scheme; want \"stdout:\"")
 	case !strings.EqualFold(scheme, "stdout"):
 		return fmt.Errorf("stdoutsink: unsupported URL scheme %q; want stdout", scheme)
 	}
