@@ -148,7 +148,7 @@ func TestReadmeFlagTable(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := cli.Main(context.Background(), []string{"run", "-h"}, strings.NewReader(""), &stdout, &stderr)
 	require.Equal(t, cli.ExitOK, code, stderr.String())
-	flags := regexp.MustCompile(`(?m)^\s+-([a-z-]+)`).FindAllStringSubmatch(stdout.String(), -1)
+	flags := regexp.MustCompile(`(?m)^\s+--?([a-z][a-z-]*)`).FindAllStringSubmatch(stdout.String(), -1)
 	require.NotEmpty(t, flags)
 	readme, err := os.ReadFile("README.md")
 	require.NoError(t, err)

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -81,7 +82,16 @@ func TestDockerfile(t *testing.T) {
 
 	t.Run("BuildStageUsesTheGoDirective", func(t *testing.T) {
 		t.Parallel()
-		require.Equal(t, "golang:"+goDirective(t)+" AS build", build.from)
+		// The directive is the oldest Go supported; the image builds with a
+		// pinned patch release of that same line, never an older one.
+		m := regexp.MustCompile(`^golang:(\d+)\.(\d+)\.(\d+) AS build$`).FindStringSubmatch(build.from)
+		require.NotNil(t, m, "the build stage pins a Go release: %q", build.from)
+		want := regexp.MustCompile(`^(\d+)\.(\d+)(?:\.(\d+))?$`).FindStringSubmatch(goDirective(t))
+		require.NotNil(t, want, "go.mod's go directive")
+		require.Equal(t, want[1]+"."+want[2], m[1]+"."+m[2], "the build stage's Go is the directive's release line")
+		patch, _ := strconv.Atoi(m[3])
+		least, _ := strconv.Atoi(want[3])
+		require.GreaterOrEqual(t, patch, least, "the build stage's Go is not older than the directive")
 	})
 
 	t.Run("BuildStageRunsMakeBuild", func(t *testing.T) {
