@@ -59,7 +59,7 @@ func (c *completer) finalize(batch []verdict) {
 	}
 	start := time.Now()
 	defer c.leases.forget(c.keys)
-	held, err := c.write(batch, c.writes)
+	held, err := c.write(c.writes, c.keys)
 	if err != nil {
 		c.d.log.Error("giving up on finalize; rows will be re-claimed after their lease", slog.Int("rows", len(batch)))
 		c.d.hook.OnFinalize(FinalizeEvent{Rows: len(batch), Duration: time.Since(start), Err: err})
@@ -81,12 +81,10 @@ func (c *completer) finalize(batch []verdict) {
 // still hold (a database restart or failover takes seconds): every try is
 // fenced, so a late success is still correct, and each give-up means
 // re-deliveries. It returns, per write, whether it held.
-func (c *completer) write(batch []verdict, writes []store.RowWrite) ([]bool, error) {
+func (c *completer) write(writes []store.RowWrite, keys []store.Lease) ([]bool, error) {
 	giveUp := time.Now().Add(2 * time.Second)
-	for i := range batch {
-		if dl := time.Now().Add(c.leases.untilDeadline(batch[i].claim.lease())); dl.After(giveUp) {
-			giveUp = dl
-		}
+	if last := c.leases.lastDeadline(keys); last.After(giveUp) {
+		giveUp = last
 	}
 	for attempt := 0; ; attempt++ {
 		// Finalize must not be cut short by shutdown: a publish that succeeded
@@ -101,7 +99,7 @@ func (c *completer) write(batch []verdict, writes []store.RowWrite) ([]bool, err
 		if err == nil || time.Now().After(giveUp) {
 			return held, err
 		}
-		c.d.log.Error("finalize failed; retrying", slog.Any("error", err), slog.Int("rows", len(batch)), slog.Int("try", attempt+1))
+		c.d.log.Error("finalize failed; retrying", slog.Any("error", err), slog.Int("rows", len(writes)), slog.Int("try", attempt+1))
 		time.Sleep(min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second))
 	}
 }

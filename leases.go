@@ -76,6 +76,20 @@ func (r *leaseRegistry) untilDeadline(l store.Lease) time.Duration {
 	return 0
 }
 
+// lastDeadline is the latest deadline among leases (zero if none is
+// registered), taken under one lock for a whole batch.
+func (r *leaseRegistry) lastDeadline(leases []store.Lease) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var last time.Time
+	for _, l := range leases {
+		if s, ok := r.m[l]; ok && s.deadline.After(last) {
+			last = s.deadline
+		}
+	}
+	return last
+}
+
 // begin records that l's publish starts now; cancel ends it.
 func (r *leaseRegistry) begin(l store.Lease, cancel context.CancelCauseFunc) {
 	r.mu.Lock()
