@@ -1,4 +1,4 @@
-package outbox_test
+package main_test
 
 import (
 	"bytes"
@@ -22,11 +22,17 @@ import (
 	"github.com/outboxd/outbox/internal/testdb"
 )
 
+// repoRoot is the module root, where README.md and examples/ live. The
+// README's tests sit with the command they document, not in the library
+// package, so that the library's own tests import no CLI or broker client
+// (see TestLibraryDependencies).
+const repoRoot = "../.."
+
 // readmeBlocks returns the fenced blocks of README.md whose info string is
 // info, in order.
 func readmeBlocks(t *testing.T, info string) []string {
 	t.Helper()
-	b, err := os.ReadFile("README.md")
+	b, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
 	require.NoError(t, err)
 	re := regexp.MustCompile("(?ms)^```" + regexp.QuoteMeta(info) + "\n(.*?)^```\n")
 	var out []string
@@ -59,6 +65,7 @@ func TestReadmeTutorial(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(binDir, "outboxd"), "./cmd/outboxd")
+	build.Dir = repoRoot
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
 
@@ -81,6 +88,7 @@ func TestReadmeTutorial(t *testing.T) {
 	for i, block := range blocks {
 		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", block)
 		cmd.Env = env
+		cmd.Dir = repoRoot
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		require.NoError(t, cmd.Run(), "step %d:\n%s\nstdout:\n%s\nstderr:\n%s", i+1, block, stdout.String(), stderr.String())
@@ -108,7 +116,7 @@ func TestReadmeTutorial(t *testing.T) {
 	require.Equal(t, "1", p.header.Get("Idempotency-Key"))
 	require.Equal(t, "OrderPaid", p.header.Get("ce-type"))
 	require.Equal(t, "42", p.header.Get("ce-subject"))
-	readme, err := os.ReadFile("README.md")
+	readme, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
 	require.NoError(t, err)
 	require.Contains(t, string(readme), "`POST "+p.body+"`")
 }
@@ -130,7 +138,7 @@ func withSearchPath(t *testing.T, dsn, schema string) string {
 func TestReadmeGoExample(t *testing.T) {
 	t.Parallel()
 	blocks := readmeBlocks(t, "go")
-	file, err := os.ReadFile("examples/quickstart/main.go")
+	file, err := os.ReadFile(filepath.Join(repoRoot, "examples", "quickstart", "main.go"))
 	require.NoError(t, err)
 	found := false
 	for _, b := range blocks {
@@ -150,7 +158,7 @@ func TestReadmeFlagTable(t *testing.T) {
 	require.Equal(t, cli.ExitOK, code, stderr.String())
 	flags := regexp.MustCompile(`(?m)^\s+--?([a-z][a-z-]*)`).FindAllStringSubmatch(stdout.String(), -1)
 	require.NotEmpty(t, flags)
-	readme, err := os.ReadFile("README.md")
+	readme, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
 	require.NoError(t, err)
 	for _, f := range flags {
 		switch f[1] {
