@@ -159,10 +159,11 @@ func TestAdminDeadRetryWakesDispatcher(t *testing.T) {
 		}
 		return nil
 	})
-	d := b.dispatcher(t, rec.Sink(), &outbox.Config{PollInterval: 10 * time.Second})
+	sig := newSignals()
+	d := b.dispatcher(t, rec.Sink(), &outbox.Config{PollInterval: 10 * time.Second, Hook: sig})
 	start(t, d)
 	eventually(t, func() bool { return d.Stats().Dead == 1 })
-	b.waitIdle(t, d)
+	waitIdle(t, sig)
 
 	sent := time.Now()
 	moved, err := b.admin.DeadRetry(t.Context(), id)

@@ -90,6 +90,7 @@ func (c *completer) write(writes []store.RowWrite, keys []store.Lease) ([]bool, 
 		// Finalize must not be cut short by shutdown: a publish that succeeded
 		// and is not recorded would be delivered again.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		start := time.Now()
 		held, err := c.finalizeOnce(ctx, writes)
 		if err == nil && attempt > 0 {
 			err = c.confirmWritten(ctx, writes, held)
@@ -99,6 +100,7 @@ func (c *completer) write(writes []store.RowWrite, keys []store.Lease) ([]bool, 
 		if err == nil || time.Now().After(giveUp) {
 			return held, err
 		}
+		c.d.hook.OnFinalize(FinalizeEvent{Rows: len(writes), Duration: time.Since(start), Err: err, Retrying: true})
 		c.d.log.Error("finalize failed; retrying", slog.Any("error", err), slog.Int("rows", len(writes)), slog.Int("try", attempt+1))
 		time.Sleep(min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second))
 	}

@@ -298,17 +298,12 @@ func TestGracefulShutdown(t *testing.T) {
 	require.Equal(t, int64(4), st.Released)
 }
 
-// waitIdle waits until d has registered as a waiter and stopped claiming.
-func (b *testBundle) waitIdle(t *testing.T, d *outbox.Dispatcher) {
+// waitIdle waits until the dispatcher hooked to sig goes to sleep with its
+// waiter registered: from then on a producer's commit wakes it. An event
+// received earlier counts; discard sig.idle first to wait for a later one.
+func waitIdle(t *testing.T, sig *signals) {
 	t.Helper()
-	waiters := pgx.Identifier{b.schema, "outbox_waiters"}.Sanitize()
-	last := int64(-1)
-	require.Eventually(t, func() bool {
-		claims := d.Stats().Claims
-		idle := claims == last
-		last = claims
-		return idle && b.tryQuery("SELECT count(*) > 0 FROM "+waiters)
-	}, 10*time.Second, 50*time.Millisecond, "dispatcher never went idle")
+	waitFor(t, sig.idle, func(ev outbox.IdleEvent) bool { return ev.Registered }, "dispatcher never went idle with its waiter registered")
 }
 
 func TestWakeUp(t *testing.T) {
@@ -322,9 +317,10 @@ func TestWakeUp(t *testing.T) {
 			delivered <- time.Now()
 			return nil
 		})
-		d := b.dispatcher(t, rec.Sink(), &outbox.Config{PollInterval: 10 * time.Second})
+		sig := newSignals()
+		d := b.dispatcher(t, rec.Sink(), &outbox.Config{PollInterval: 10 * time.Second, Hook: sig})
 		start(t, d)
-		b.waitIdle(t, d)
+		waitIdle(t, sig)
 
 		sent := time.Now()
 		b.enqueueN(t, 1, "a")

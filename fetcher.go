@@ -204,6 +204,7 @@ func (f *fetcher) idle(ctx context.Context) bool {
 			return true
 		}
 	}
+	d.hook.OnIdle(IdleEvent{Registered: f.waiting && d.listening.Load(), Wait: d.cfg.PollInterval})
 	if !f.sleep(ctx, f.headFreed(), d.cfg.PollInterval) {
 		return false
 	}

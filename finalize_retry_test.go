@@ -26,11 +26,14 @@ func TestFinalizeRetriesWhileLeasesHold(t *testing.T) {
 		close(published)
 		return nil
 	})
-	d := b.dispatcher(t, rec.Sink(), &outbox.Config{Lease: 20 * time.Second, DisableNotify: true, PollInterval: time.Hour})
+	sig := newSignals()
+	d := b.dispatcher(t, rec.Sink(), &outbox.Config{Lease: 20 * time.Second, DisableNotify: true, PollInterval: time.Hour, Hook: sig})
 	start(t, d)
 	<-published
-	// Long enough for several failed tries (the first comes back at once).
-	require.Eventually(t, func() bool { return d.Stats().Finalizes >= 3 }, 10*time.Second, 20*time.Millisecond)
+	// Several failed tries (the first comes back at once).
+	for range 3 {
+		waitFor(t, sig.finalizes, func(ev outbox.FinalizeEvent) bool { return ev.Err != nil }, "the finalize was not retried")
+	}
 	b.exec(t, "ALTER TABLE "+away+" RENAME TO outbox")
 	eventually(t, func() bool { return b.tryCount("done") == 1 })
 	require.Equal(t, 1, rec.Len(), "published once")

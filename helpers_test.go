@@ -304,3 +304,59 @@ func eventually(t *testing.T, cond func() bool, msgAndArgs ...any) {
 	t.Helper()
 	require.Eventually(t, cond, 10*time.Second, 5*time.Millisecond, msgAndArgs...)
 }
+
+// signals is a Hook that turns the dispatcher's events into channels, so a
+// test waits for the event itself instead of polling for its effects.
+// Events beyond a channel's buffer are dropped; waits look for the next
+// matching event, so a test drains what came before it when it must.
+type signals struct {
+	outbox.BaseHook
+	idle      chan outbox.IdleEvent
+	finalizes chan outbox.FinalizeEvent
+}
+
+func newSignals() *signals {
+	return &signals{idle: make(chan outbox.IdleEvent, 256), finalizes: make(chan outbox.FinalizeEvent, 256)}
+}
+
+func (s *signals) OnIdle(ev outbox.IdleEvent) {
+	select {
+	case s.idle <- ev:
+	default:
+	}
+}
+
+func (s *signals) OnFinalize(ev outbox.FinalizeEvent) {
+	select {
+	case s.finalizes <- ev:
+	default:
+	}
+}
+
+// waitFor receives from ch until ok accepts an event, or fails the test
+// after 10 seconds.
+func waitFor[E any](t *testing.T, ch <-chan E, ok func(E) bool, msg string) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-ch:
+			if ok(ev) {
+				return
+			}
+		case <-deadline:
+			require.FailNow(t, msg)
+		}
+	}
+}
+
+// discard drops the events received so far.
+func discard[E any](ch <-chan E) {
+	for {
+		select {
+		case <-ch:
+		default:
+			return
+		}
+	}
+}

@@ -11,7 +11,8 @@ import "time"
 type Hook interface {
 	// OnClaim follows every claim statement.
 	OnClaim(ClaimEvent)
-	// OnFinalize follows every finalize statement.
+	// OnFinalize follows every finalize statement: each failed try that
+	// will be retried (Retrying), then the batch's result.
 	OnFinalize(FinalizeEvent)
 	// OnSettle reports each message's outcome once its fenced write has
 	// been attempted: Outcome is OutcomeLeaseLost when the fence did not hold.
@@ -21,6 +22,9 @@ type Hook interface {
 	// OnSinkPause reports the sink paused (it reported [Unavailable]) and
 	// resumed (it answered a probe otherwise).
 	OnSinkPause(SinkPauseEvent)
+	// OnIdle reports the claim loop going to sleep because nothing was
+	// claimable.
+	OnIdle(IdleEvent)
 }
 
 // BaseHook implements [Hook] with methods that do nothing.
@@ -31,6 +35,18 @@ func (BaseHook) OnFinalize(FinalizeEvent)   {}
 func (BaseHook) OnSettle(SettleEvent)       {}
 func (BaseHook) OnHeartbeat(HeartbeatEvent) {}
 func (BaseHook) OnSinkPause(SinkPauseEvent) {}
+func (BaseHook) OnIdle(IdleEvent)           {}
+
+// IdleEvent describes the claim loop going to sleep after a claim found
+// nothing claimable. It sleeps until a wake-up, a freed aggregate head (in
+// ordered mode) or Wait, the poll interval, whichever comes first.
+type IdleEvent struct {
+	// Registered is whether producers' commits will wake it: the
+	// listener is up and the dispatcher's waiter row is registered. When
+	// false, the next claim comes after Wait at the latest.
+	Registered bool
+	Wait       time.Duration
+}
 
 // SinkPauseEvent describes the sink pausing or resuming. While paused the
 // dispatcher claims nothing, releases rows it has not started (attempt
@@ -56,6 +72,9 @@ type FinalizeEvent struct {
 	Rows, LeaseLost int
 	Duration        time.Duration
 	Err             error
+	// Retrying is set on a failed try that will be tried again while the
+	// batch's leases may still hold; the batch's result follows later.
+	Retrying bool
 }
 
 // HeartbeatEvent describes one heartbeat statement.

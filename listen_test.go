@@ -21,9 +21,10 @@ func TestListenerFailureDoesNotStopDelivery(t *testing.T) {
 		delivered <- time.Now()
 		return nil
 	})
-	d := b.dispatcher(t, rec.Sink(), &outbox.Config{PollInterval: 2 * time.Second})
+	sig := newSignals()
+	d := b.dispatcher(t, rec.Sink(), &outbox.Config{PollInterval: 2 * time.Second, Hook: sig})
 	start(t, d)
-	b.waitIdle(t, d)
+	waitIdle(t, sig)
 
 	channel := b.schema + ".outbox"
 	listenerPID := func() int {
@@ -53,7 +54,8 @@ func TestListenerFailureDoesNotStopDelivery(t *testing.T) {
 	// The listener comes back on a new session and wakes the dispatcher again.
 	require.Eventually(t, func() bool { p := listenerPID(); return p != 0 && p != pid },
 		10*time.Second, 20*time.Millisecond, "listener did not reconnect")
-	b.waitIdle(t, d)
+	discard(sig.idle)
+	waitIdle(t, sig)
 	wakeups := d.Stats().Wakeups
 	sent := time.Now()
 	b.enqueueN(t, 1, "b")

@@ -318,6 +318,11 @@ func (h hook) OnClaim(ev outbox.ClaimEvent) {
 }
 
 func (h hook) OnFinalize(ev outbox.FinalizeEvent) {
+	if ev.Retrying {
+		// The series describe batches: the result follows, with its
+		// whole duration, and an error only when the batch gave up.
+		return
+	}
 	h.m.finalizeDuration.Observe(ev.Duration.Seconds())
 	if ev.Err != nil {
 		h.m.finalizeErrors.Inc()
@@ -349,6 +354,8 @@ func (h hook) OnHeartbeat(ev outbox.HeartbeatEvent) {
 	h.m.heartbeatLost.Add(float64(ev.LeaseLost))
 	h.m.hungPublishes.Add(float64(ev.Hung))
 }
+
+func (hook) OnIdle(outbox.IdleEvent) {}
 
 func (h hook) OnSinkPause(ev outbox.SinkPauseEvent) {
 	h.m.mu.Lock()
