@@ -16,20 +16,15 @@ import (
 // vhost; the exchange exists (a passive declare, which creates nothing).
 // It publishes nothing.
 func Check(ctx context.Context, rawURL string) []sinkutil.Check {
-	cfg, checks, ok := sinkutil.StartChecks(rawURL, parseURL)
-	if !ok {
-		return checks
-	}
-	reach := "broker " + cfg.display + " reachable and authenticated"
-	conn, err := dialCheck(ctx, cfg)
-	if err != nil {
-		fix := dialFix(err)
-		err = fmt.Errorf("amqpsink: %s", sinkutil.Scrub(err.Error(), rawURL))
-		return append(checks, sinkutil.Failed(reach, err, fix))
-	}
-	defer conn.Close()
-	checks = append(checks, sinkutil.Passed(reach, "vhost "+fmt.Sprintf("%q", cfg.vhost)))
-	return append(checks, checkExchange(conn, cfg))
+	return sinkutil.RunChecks(rawURL, parseURL, func(cfg *config) []sinkutil.Check {
+		reach := "broker " + cfg.display + " reachable and authenticated"
+		conn, err := dialCheck(ctx, cfg)
+		if err != nil {
+			return []sinkutil.Check{sinkutil.Failed(reach, sinkutil.ScrubErr("amqpsink", err, rawURL), dialFix(err))}
+		}
+		defer conn.Close()
+		return []sinkutil.Check{sinkutil.Passed(reach, "vhost "+fmt.Sprintf("%q", cfg.vhost)), checkExchange(conn, cfg)}
+	})
 }
 
 func dialCheck(ctx context.Context, cfg *config) (*amqp.Connection, error) {

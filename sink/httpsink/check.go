@@ -20,15 +20,15 @@ import (
 // with 404 or 405 and only a POST, which a check never sends, proves
 // delivery.
 func Check(ctx context.Context, rawURL string) []sinkutil.Check {
-	s, checks, ok := sinkutil.StartChecks(rawURL, newDefault)
-	if !ok {
-		return checks
-	}
-	defer s.Close()
+	return sinkutil.RunChecks(rawURL, newDefault, func(s *Sink) []sinkutil.Check { return []sinkutil.Check{checkEndpoint(ctx, s)} })
+}
+
+// checkEndpoint sends the check's HEAD request.
+func checkEndpoint(ctx context.Context, s *Sink) sinkutil.Check {
 	what := "endpoint " + s.origin + " reachable and authenticated"
 	req, err := http.NewRequestWithContext(ctx, http.MethodHead, s.url, nil)
 	if err != nil {
-		return append(checks, sinkutil.Failed(what, fmt.Errorf("httpsink: %s", sinkutil.ParseErrText(err)), "correct the URL"))
+		return sinkutil.Failed(what, fmt.Errorf("httpsink: %s", sinkutil.ParseErrText(err)), "correct the URL")
 	}
 	if s.user != nil {
 		pw, _ := s.user.Password()
@@ -42,15 +42,15 @@ func Check(ctx context.Context, rawURL string) []sinkutil.Check {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return append(checks, sinkutil.Failed(what, fmt.Errorf("httpsink: %s: %w", s.origin, err), dialFix(err)))
+		return sinkutil.Failed(what, fmt.Errorf("httpsink: %s: %w", s.origin, err), dialFix(err))
 	}
 	_ = resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusUnauthorized, http.StatusForbidden, http.StatusProxyAuthRequired:
-		return append(checks, sinkutil.Failed(what, fmt.Errorf("httpsink: %s answered %s", s.origin, resp.Status),
-			"correct the user and password in the URL (https://user:password@host/...) or the endpoint's access rules"))
+		return sinkutil.Failed(what, fmt.Errorf("httpsink: %s answered %s", s.origin, resp.Status),
+			"correct the user and password in the URL (https://user:password@host/...) or the endpoint's access rules")
 	}
-	return append(checks, sinkutil.Passed(what, "HEAD answered "+resp.Status))
+	return sinkutil.Passed(what, "HEAD answered "+resp.Status)
 }
 
 func dialFix(err error) string {

@@ -19,30 +19,33 @@ import (
 // create_topics. It asks for metadata only: nothing is produced and no
 // topic is created.
 func Check(ctx context.Context, rawURL string) []sinkutil.Check {
-	c, checks, ok := sinkutil.StartChecks(rawURL, parse)
-	if !ok {
-		return checks
-	}
-	seeds := strings.Join(c.seeds, ",")
-	reach := "brokers " + seeds + " reachable and authenticated"
+	return sinkutil.RunChecks(rawURL, parse, func(c *config) []sinkutil.Check { return checkCluster(ctx, rawURL, c) })
+}
+
+// checkCluster pings the seed brokers, then looks the topic up.
+func checkCluster(ctx context.Context, rawURL string, c *config) []sinkutil.Check {
+	reach := "brokers " + strings.Join(c.seeds, ",") + " reachable and authenticated"
 	client, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.seeds...), kgo.ClientID(c.clientID),
 		kgo.RequestRetries(0)}, connOpts(c, &Options{})...)...)
 	if err != nil {
-		return append(checks, sinkutil.Failed(reach, fmt.Errorf("kafkasink: %w", err), "correct the broker list in the URL"))
+		return []sinkutil.Check{sinkutil.Failed(reach, fmt.Errorf("kafkasink: %w", err), "correct the broker list in the URL")}
 	}
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	if err := client.Ping(ctx); err != nil {
-		fix := "start the brokers, or correct host and port in the URL"
-		if errors.Is(err, kerr.SaslAuthenticationFailed) || errors.Is(err, kerr.IllegalSaslState) || errors.Is(err, kerr.UnsupportedSaslMechanism) {
-			fix = "correct the user, password and sasl= mechanism in the URL"
-		}
-		err = errors.New(sinkutil.Scrub(err.Error(), rawURL))
-		return append(checks, sinkutil.Failed(reach, fmt.Errorf("kafkasink: %w", err), fix))
+		return []sinkutil.Check{sinkutil.Failed(reach, sinkutil.ScrubErr("kafkasink", err, rawURL), pingFix(err))}
 	}
-	checks = append(checks, sinkutil.Passed(reach, ""))
-	return append(checks, checkTopicPresent(ctx, client, c))
+	return []sinkutil.Check{sinkutil.Passed(reach, ""), checkTopicPresent(ctx, client, c)}
+}
+
+// pingFix says how to fix a failed ping.
+func pingFix(err error) string {
+	switch {
+	case errors.Is(err, kerr.SaslAuthenticationFailed), errors.Is(err, kerr.IllegalSaslState), errors.Is(err, kerr.UnsupportedSaslMechanism):
+		return "correct the user, password and sasl= mechanism in the URL"
+	}
+	return "start the brokers, or correct host and port in the URL"
 }
 
 func checkTopicPresent(ctx context.Context, client *kgo.Client, c *config) sinkutil.Check {

@@ -19,22 +19,24 @@ import (
 // there is nothing else to look up; the broker's ACL on the topic shows only
 // in a PUBACK, which a check does not provoke. It publishes nothing.
 func Check(ctx context.Context, rawURL string) []sinkutil.Check {
-	c, checks, ok := sinkutil.StartChecks(rawURL, parseURL)
-	if !ok {
-		return checks
-	}
+	return sinkutil.RunChecks(rawURL, parseURL, func(c *urlConfig) []sinkutil.Check { return []sinkutil.Check{checkBroker(ctx, rawURL, c)} })
+}
+
+// checkBroker connects once.
+func checkBroker(ctx context.Context, rawURL string, c *urlConfig) sinkutil.Check {
 	addr := net.JoinHostPort(c.host, c.port)
 	reach := "broker " + c.u.Scheme + "://" + addr + " reachable and authenticated"
 	ctx, cancel := context.WithTimeout(ctx, c.connectTimeout)
 	defer cancel()
-	if err := connectOnce(ctx, c, addr); err != nil {
-		fix := "start the MQTT broker there, or correct host and port in the URL"
-		if isConnackRefusal(err) {
-			fix = "correct the user and password in the URL, or allow this client on the broker (password file, ACL)"
-		}
-		return append(checks, sinkutil.Failed(reach, fmt.Errorf("mqttsink: %s", sinkutil.Scrub(err.Error(), rawURL)), fix))
+	err := connectOnce(ctx, c, addr)
+	switch {
+	case err == nil:
+		return sinkutil.Passed(reach, "")
+	case isConnackRefusal(err):
+		return sinkutil.Failed(reach, sinkutil.ScrubErr("mqttsink", err, rawURL),
+			"correct the user and password in the URL, or allow this client on the broker (password file, ACL)")
 	}
-	return append(checks, sinkutil.Passed(reach, ""))
+	return sinkutil.Failed(reach, sinkutil.ScrubErr("mqttsink", err, rawURL), "start the MQTT broker there, or correct host and port in the URL")
 }
 
 // connackRefusal is a CONNACK with a failure reason code.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -40,25 +39,10 @@ type urlConfig struct {
 	keepAlive, connectTimeout time.Duration
 }
 
-// parseURL reads rawURL. Every error is prefixed "mqttsink: " and never
-// quotes the password.
+// parseURL reads rawURL: its form, scheme, host, port and path, then its
+// query. Every error is prefixed "mqttsink: " and never quotes the
+// password.
 func parseURL(rawURL string) (*urlConfig, error) {
-	c, err := parseBase(rawURL)
-	if err != nil {
-		return nil, err
-	}
-	q, err := query.Parse(c.u.RawQuery, rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("mqttsink: %w", err)
-	}
-	if err := c.parseQuery(q); err != nil {
-		return nil, fmt.Errorf("mqttsink: %w", err)
-	}
-	return c, nil
-}
-
-// parseBase checks rawURL's form, scheme, host, port and path.
-func parseBase(rawURL string) (*urlConfig, error) {
 	// A raw "#" would start the URL's fragment and "+" in a query means a
 	// space: both would silently change the topic, so both must be
 	// percent-encoded (%23, %2B) to be meant literally.
@@ -78,13 +62,16 @@ func parseBase(rawURL string) (*urlConfig, error) {
 		c.port = "8883"
 	}
 	if p := u.Port(); p != "" {
-		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+		if !sinkutil.ValidPort(p) {
 			return nil, fmt.Errorf("mqttsink: invalid port %q", p)
 		}
 		c.port = p
 	}
 	if u.Path != "" && u.Path != "/" {
 		return nil, fmt.Errorf("mqttsink: unexpected path %q in URL; the topic goes in ?topic=", u.Path)
+	}
+	if err := query.Read(u.RawQuery, rawURL, c.parseQuery); err != nil {
+		return nil, fmt.Errorf("mqttsink: %w", err)
 	}
 	return c, nil
 }

@@ -18,22 +18,19 @@ import (
 // create_stream, whether that stream exists yet). It publishes nothing and
 // creates nothing.
 func Check(ctx context.Context, rawURL string) []sinkutil.Check {
-	cfg, checks, ok := sinkutil.StartChecks(rawURL, parseURL)
-	if !ok {
-		return checks
-	}
+	return sinkutil.RunChecks(rawURL, parseURL, func(cfg *config) []sinkutil.Check { return checkServer(ctx, cfg) })
+}
+
+// checkServer connects, then asks JetStream for the account and the stream.
+func checkServer(ctx context.Context, cfg *config) []sinkutil.Check {
 	servers := strings.Join(cfg.servers, ",")
 	reach := "broker " + servers + " reachable and authenticated"
 	nc, err := nats.Connect(servers, checkOptions(cfg)...)
 	if err != nil {
-		fix := "start nats-server there, or correct host and port in the URL"
-		if isAuthErr(err) {
-			fix = "correct the user and password (or token, or creds file) in the URL, or grant them on the server"
-		}
-		return append(checks, sinkutil.Failed(reach, fmt.Errorf("natssink: %w", err), fix))
+		return []sinkutil.Check{sinkutil.Failed(reach, fmt.Errorf("natssink: %w", err), connectFix(err))}
 	}
 	defer nc.Close()
-	checks = append(checks, sinkutil.Passed(reach, "server "+nc.ConnectedServerVersion()))
+	checks := []sinkutil.Check{sinkutil.Passed(reach, "server "+nc.ConnectedServerVersion())}
 	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(cfg.connectTimeout))
 	if err == nil {
 		_, err = js.AccountInfo(ctx)
@@ -42,8 +39,15 @@ func Check(ctx context.Context, rawURL string) []sinkutil.Check {
 		return append(checks, sinkutil.Failed("JetStream enabled", fmt.Errorf("natssink: %w", err),
 			"run nats-server with -js (or jetstream {} in its config) and enable JetStream for the account"))
 	}
-	checks = append(checks, sinkutil.Passed("JetStream enabled", ""))
-	return append(checks, checkStream(ctx, js, cfg))
+	return append(checks, sinkutil.Passed("JetStream enabled", ""), checkStream(ctx, js, cfg))
+}
+
+// connectFix says how to fix a failed connection.
+func connectFix(err error) string {
+	if isAuthErr(err) {
+		return "correct the user and password (or token, or creds file) in the URL, or grant them on the server"
+	}
+	return "start nats-server there, or correct host and port in the URL"
 }
 
 func checkStream(ctx context.Context, js jetstream.JetStream, cfg *config) sinkutil.Check {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -79,11 +78,7 @@ func parseURL(rawURL string) (*config, error) {
 	if err := cfg.parseHosts(u.Host); err != nil {
 		return nil, err
 	}
-	q, err := query.Parse(u.RawQuery, rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("natssink: %w", err)
-	}
-	if err := cfg.parseQuery(q); err != nil {
+	if err := query.Read(u.RawQuery, rawURL, cfg.parseQuery); err != nil {
 		return nil, fmt.Errorf("natssink: %w", err)
 	}
 	return cfg, nil
@@ -124,7 +119,7 @@ func (cfg *config) parseHosts(hosts string) error {
 		if host == "" {
 			return fmt.Errorf("natssink: empty host in %q", hosts)
 		}
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		if !sinkutil.ValidPort(port) {
 			return fmt.Errorf("natssink: bad port %q in %q", port, hosts)
 		}
 		cfg.servers = append(cfg.servers, scheme+"://"+net.JoinHostPort(host, port))

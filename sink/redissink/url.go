@@ -42,25 +42,10 @@ type config struct {
 // return.
 func CheckURL(rawURL string) error { return sinkutil.ParseError(rawURL, parseURL) }
 
-// parseURL reads rawURL. Every error is prefixed "redissink: " and never
-// quotes the password.
+// parseURL reads rawURL: its form, scheme, host, port and database, then
+// its query. Every error is prefixed "redissink: " and never quotes the
+// password.
 func parseURL(rawURL string) (*config, error) {
-	c, err := parseBase(rawURL)
-	if err != nil {
-		return nil, err
-	}
-	q, err := query.Parse(c.u.RawQuery, rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("redissink: %w", err)
-	}
-	if err := c.parseQuery(q); err != nil {
-		return nil, fmt.Errorf("redissink: %w", err)
-	}
-	return c, nil
-}
-
-// parseBase checks rawURL's form, scheme, host, port and database.
-func parseBase(rawURL string) (*config, error) {
 	if err := form.NoFragment(rawURL); err != nil {
 		return nil, err
 	}
@@ -68,19 +53,21 @@ func parseBase(rawURL string) (*config, error) {
 	if err != nil {
 		return nil, err
 	}
-	host := u.Hostname()
 	port := u.Port()
 	if port == "" {
 		port = "6379"
-	} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+	} else if !sinkutil.ValidPort(port) {
 		return nil, fmt.Errorf("redissink: invalid port %q", port)
 	}
-	c := &config{u: u, addr: net.JoinHostPort(host, port)}
+	c := &config{u: u, addr: net.JoinHostPort(u.Hostname(), port)}
 	if p := strings.Trim(u.Path, "/"); p != "" {
 		c.db, err = strconv.Atoi(p)
 		if err != nil || c.db < 0 {
 			return nil, fmt.Errorf("redissink: invalid database %q in URL path; want a number such as /0", p)
 		}
+	}
+	if err := query.Read(u.RawQuery, rawURL, c.parseQuery); err != nil {
+		return nil, fmt.Errorf("redissink: %w", err)
 	}
 	return c, nil
 }

@@ -1,6 +1,10 @@
 package sinkutil
 
-import "strings"
+import (
+	"errors"
+	"io"
+	"strings"
+)
 
 // Check is the outcome of one connectivity check of a sink, as `outboxd
 // config check --connect` reports it. Every sink package has a Check(ctx,
@@ -44,11 +48,27 @@ func TemplateNote(kind, name string) string {
 
 func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"` }
 
-// StartChecks begins a sink's Check: it parses rawURL with parse and
-// returns the parsed value with the URL check. When parsing fails, ok is
-// false and checks holds the failed URL check alone, to be returned as
-// they are.
-func StartChecks[C any](rawURL string, parse func(string) (C, error)) (c C, checks []Check, ok bool) {
+// RunChecks is the body of every sink's Check. It parses rawURL with parse
+// and reports that as the first check, "URL valid"; when the URL is valid,
+// it appends the checks run makes of the parsed value: the sink's own, in
+// order, ending with the first that failed. A parsed value that is an
+// [io.Closer] (a sink built to check with) is closed once run returns.
+func RunChecks[C any](rawURL string, parse func(string) (C, error), run func(C) []Check) []Check {
 	c, err := parse(rawURL)
-	return c, []Check{URLCheck(err)}, err == nil
+	checks := []Check{URLCheck(err)}
+	if err != nil {
+		return checks
+	}
+	if cl, ok := any(c).(io.Closer); ok {
+		defer func() { _ = cl.Close() }()
+	}
+	return append(checks, run(c)...)
+}
+
+// ScrubErr is a client library's error as a sink's check reports it: its
+// text after the sink's package prefix pkg ("natssink"), with whatever looks
+// like a secret of the sink's URL rawURL replaced by [Redacted]. It does not
+// wrap err, whose text may hold those secrets.
+func ScrubErr(pkg string, err error, rawURL string) error {
+	return errors.New(pkg + ": " + Scrub(err.Error(), rawURL))
 }

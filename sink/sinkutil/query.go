@@ -54,6 +54,16 @@ func (s QuerySpec) Parse(rawQuery, rawURL string) (Query, error) {
 	return Query{v: v}, nil
 }
 
+// Read parses rawQuery as [QuerySpec.Parse] does and hands the query to
+// read, which takes the sink's parameters from it.
+func (s QuerySpec) Read(rawQuery, rawURL string, read func(Query) error) error {
+	q, err := s.Parse(rawQuery, rawURL)
+	if err != nil {
+		return err
+	}
+	return read(q)
+}
+
 // Has reports whether key is in the query.
 func (q Query) Has(key string) bool { return q.v.Has(key) }
 

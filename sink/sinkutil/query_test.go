@@ -139,13 +139,19 @@ func TestPrepareAndParseError(t *testing.T) {
 	require.Same(t, given, o)
 	require.ErrorIs(t, sinkutil.ParseError("", parseLen), errEmpty)
 	require.NoError(t, sinkutil.ParseError("x", parseLen))
-	_, checks, ok := sinkutil.StartChecks("", parseLen)
-	require.False(t, ok)
+	ran := false
+	checks := sinkutil.RunChecks("", parseLen, func(int) []sinkutil.Check { ran = true; return nil })
+	require.False(t, ran, "no check runs after an invalid URL")
 	require.Len(t, checks, 1)
 	require.ErrorIs(t, checks[0].Err, errEmpty)
-	_, checks, ok = sinkutil.StartChecks("x", parseLen)
-	require.True(t, ok)
-	require.Equal(t, []sinkutil.Check{sinkutil.URLCheck(nil)}, checks)
+	reach := sinkutil.Passed("reachable", "")
+	checks = sinkutil.RunChecks("xy", parseLen, func(n int) []sinkutil.Check {
+		require.Equal(t, 2, n)
+		return []sinkutil.Check{reach}
+	})
+	require.Equal(t, []sinkutil.Check{sinkutil.URLCheck(nil), reach}, checks)
+	err = sinkutil.ScrubErr("xsink", errors.New("dial u:s3cr3t@h: refused"), "x://u:s3cr3t@h")
+	require.Equal(t, "xsink: dial u:"+sinkutil.Redacted+"@h: refused", err.Error())
 	require.NotNil(t, sinkutil.Logger(nil))
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -48,4 +49,10 @@ func (f URLForm) NoFragment(rawURL string) error {
 		return fmt.Errorf("%s: %w", f.Pkg, errNoFragment)
 	}
 	return nil
+}
+
+// ValidPort reports whether port is a TCP port number, 1 to 65535.
+func ValidPort(port string) bool {
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 1 && n <= 65535
 }
