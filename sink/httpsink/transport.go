@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -34,10 +35,16 @@ type h1Transport struct {
 	closed bool
 }
 
+// maxResponseHead bounds a response's status line and headers, as
+// net/http's Transport.MaxResponseHeaderBytes does: a receiver sending
+// headers without end must not exhaust the relay's memory.
+const maxResponseHead = 1 << 20
+
 // h1Conn is one connection and its buffers.
 type h1Conn struct {
 	t        *h1Transport
 	nc       net.Conn
+	lim      *headLimit // between nc and br
 	br       *bufio.Reader
 	bw       *bufio.Writer
 	lastUsed time.Time
@@ -113,6 +120,8 @@ func (c *h1Conn) exchange(req *http.Request) (*http.Response, error) {
 	if err := c.bw.Flush(); err != nil {
 		return nil, staleError{err}
 	}
+	c.lim.left = maxResponseHead
+	defer func() { c.lim.left = math.MaxInt64 }()
 	for {
 		if _, err := c.br.Peek(1); err != nil {
 			return nil, staleError{err}
@@ -151,7 +160,8 @@ func (t *h1Transport) conn(ctx context.Context, fresh bool) (*h1Conn, bool, erro
 		}
 		nc = tc
 	}
-	return &h1Conn{t: t, nc: nc, br: bufio.NewReaderSize(nc, 4<<10), bw: bufio.NewWriterSize(nc, 4<<10)}, false, nil
+	lim := &headLimit{r: nc, left: math.MaxInt64}
+	return &h1Conn{t: t, nc: nc, lim: lim, br: bufio.NewReaderSize(lim, 4<<10), bw: bufio.NewWriterSize(nc, 4<<10)}, false, nil
 }
 
 func (t *h1Transport) takeIdle() *h1Conn {
@@ -250,4 +260,24 @@ func ctxErr(ctx context.Context, err error) error {
 		return context.DeadlineExceeded
 	}
 	return err
+}
+
+// headLimit fails reads once left bytes were read.
+type headLimit struct {
+	r    io.Reader
+	left int64
+}
+
+var errHeadTooLarge = errors.New("response head larger than 1 MiB")
+
+func (l *headLimit) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		return 0, errHeadTooLarge
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
 }

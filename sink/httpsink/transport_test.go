@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -150,4 +151,32 @@ func TestCheckOwnTransport(t *testing.T) {
 		require.NoError(t, c.Err, c.What)
 	}
 	require.Equal(t, http.MethodHead, method.Load())
+}
+
+// A receiver that sends headers without end gets a retryable error, not
+// the relay's memory.
+func TestPublishEndlessResponseHeaders(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = http.ReadRequest(bufio.NewReader(c))
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\n")
+		line := "X-Pad: " + strings.Repeat("a", 1000) + "\r\n"
+		for range 4096 { // 4 MB of headers
+			if _, err := io.WriteString(c, line); err != nil {
+				return
+			}
+		}
+	}()
+	s := newSink(t, "http://"+ln.Addr().String()+"/hook", nil)
+	err = publish(t, s, testMessage(1))
+	require.True(t, outbox.IsRetryable(err), "%v", err)
+	require.ErrorContains(t, err, "larger than 1 MiB")
 }
