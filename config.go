@@ -26,6 +26,9 @@ const (
 	FetchCooldownDefault  = 50 * time.Millisecond
 )
 
+// NoDeferMaxAge is the [Config.DeferMaxAge] that sets no limit.
+const NoDeferMaxAge time.Duration = -1
+
 // Config configures a [Dispatcher]. The zero value is usable: every zero
 // field takes the default its comment names.
 type Config struct {
@@ -43,7 +46,8 @@ type Config struct {
 	// DeferMaxAge bounds how long a message may keep being deferred, measured
 	// from its created_at: a defer of an older message sends it dead instead,
 	// and a defer's delay is cut to the age the message has left. Defaults
-	// to 7 days. -1 means no limit.
+	// to 7 days. [NoDeferMaxAge] (-1) means no limit; any other negative
+	// value is invalid.
 	DeferMaxAge time.Duration
 
 	// DisableNotify turns off LISTEN/NOTIFY wake-ups; the dispatcher then only
@@ -216,8 +220,8 @@ func (c *Config) validate() *ConfigError {
 		return invalid("IDNamespace", "must be at most 64 characters of A-Z, a-z, 0-9, '.', '_' and '-', got %q", c.IDNamespace)
 	case c.DeferDelay < 0:
 		return invalid("DeferDelay", "must not be negative, got %s", c.DeferDelay)
-	case c.DeferMaxAge < 0 && c.DeferMaxAge != -1:
-		return invalid("DeferMaxAge", "must be positive or -1 (no limit), got %s", c.DeferMaxAge)
+	case c.DeferMaxAge < 0 && c.DeferMaxAge != NoDeferMaxAge:
+		return invalid("DeferMaxAge", "must not be negative, got %s", c.DeferMaxAge)
 	case c.Owner == "":
 		return invalid("Owner", "must not be empty")
 	}

@@ -29,6 +29,7 @@ func TestConfigError(t *testing.T) {
 		{"NamespaceWithColon", "IDNamespace", "", outbox.Config{IDNamespace: "orders:eu"}},
 		{"NamespaceWithSpace", "IDNamespace", "", outbox.Config{IDNamespace: "my orders"}},
 		{"NamespaceTooLong", "IDNamespace", "", outbox.Config{IDNamespace: strings.Repeat("n", 65)}},
+		{"NegativeDeferMaxAge", "DeferMaxAge", "", outbox.Config{DeferMaxAge: -time.Second}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -49,6 +50,11 @@ func TestConfigError(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("NoDeferMaxAgeIsValid", func(t *testing.T) {
+		t.Parallel()
+		require.NoError(t, (&outbox.Config{DeferMaxAge: outbox.NoDeferMaxAge}).WithDefaults().Validate())
+	})
 
 	t.Run("ZeroRetryBaseMeansDefault", func(t *testing.T) {
 		t.Parallel()

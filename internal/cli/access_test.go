@@ -43,22 +43,22 @@ func testRunRefusesRoleWithoutPrivileges(t *testing.T, bin string) {
 	}
 
 	r := run()
-	require.Equal(t, "outboxd: role "+role+" lacks USAGE on schema "+schema+"; UPDATE on table "+c.quoted()+
+	require.Equal(t, "outboxd: outbox: role "+role+" lacks USAGE on schema "+schema+"; UPDATE on table "+c.quoted()+
 		"; SELECT, INSERT, UPDATE, DELETE on table "+waiters+" (as the table's owner: GRANT USAGE ON SCHEMA "+schema+
 		" TO "+role+"; GRANT UPDATE ON TABLE "+c.quoted()+" TO "+role+"; GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "+
 		waiters+" TO "+role+";)\n", r.stderr)
 
 	c.exec(t, "GRANT USAGE ON SCHEMA "+schema+" TO "+role)
 	r = run("--no-notify")
-	require.Equal(t, "outboxd: role "+role+" lacks UPDATE on table "+c.quoted()+"; SELECT, DELETE on table "+waiters+
+	require.Equal(t, "outboxd: outbox: role "+role+" lacks UPDATE on table "+c.quoted()+"; SELECT, DELETE on table "+waiters+
 		" (as the table's owner: GRANT UPDATE ON TABLE "+c.quoted()+" TO "+role+"; GRANT SELECT, DELETE ON TABLE "+
 		waiters+" TO "+role+";)\n", r.stderr, "polling only, each claim still clears its waiter row")
 	c.exec(t, "GRANT SELECT, DELETE ON "+waiters+" TO "+role)
 	r = run("--no-notify", "--retention", "7d")
-	require.Equal(t, "outboxd: role "+role+" lacks UPDATE, DELETE on table "+c.quoted()+
+	require.Equal(t, "outboxd: outbox: role "+role+" lacks UPDATE, DELETE on table "+c.quoted()+
 		" (as the table's owner: GRANT UPDATE, DELETE ON TABLE "+c.quoted()+" TO "+role+";)\n", r.stderr)
 	r = run("--no-notify")
-	require.Equal(t, "outboxd: role "+role+" lacks UPDATE on table "+c.quoted()+
+	require.Equal(t, "outboxd: outbox: role "+role+" lacks UPDATE on table "+c.quoted()+
 		" (as the table's owner: GRANT UPDATE ON TABLE "+c.quoted()+" TO "+role+";)\n", r.stderr)
 	require.Equal(t, "pending", c.statusOf(t, id), "nothing was claimed")
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -52,7 +51,7 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	defer pool.Close()
 	res, err := a.MigrateWith(ctx, &outbox.MigrateOptions{DryRun: dryRun, LockTimeout: lockTimeout, Logger: logger})
 	if err != nil {
-		return cleanErr(err)
+		return err
 	}
 	if dryRun {
 		fmt.Fprint(e.stdout, res.SQL)
@@ -117,7 +116,7 @@ func runEnqueue(ctx context.Context, e *env, args []string) error {
 		AggregateType: aggregateType, AggregateID: aggregateID, EventType: eventTyp, Payload: json.RawMessage(body),
 	})
 	if err != nil {
-		return cleanErr(err)
+		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return err
@@ -157,7 +156,7 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	}
 	st, err := a.Status(ctx)
 	if err != nil {
-		return cleanErr(err)
+		return err
 	}
 	if asJSON {
 		return writeJSON(e.stdout, st)
@@ -209,7 +208,7 @@ func watchStatus(ctx context.Context, e *env, a *outbox.Admin, table string, int
 			if ctx.Err() != nil {
 				return nil
 			}
-			return cleanErr(err)
+			return err
 		}
 		now := time.Now()
 		if tty {
@@ -290,7 +289,7 @@ func runDeadList(ctx context.Context, e *env, args []string) error {
 	defer pool.Close()
 	dead, err := a.DeadList(ctx, after, limit)
 	if err != nil {
-		return cleanErr(err)
+		return err
 	}
 	if asJSON {
 		if dead == nil {
@@ -340,7 +339,7 @@ func runDeadShow(ctx context.Context, e *env, args []string) error {
 	defer pool.Close()
 	found, err := a.DeadList(ctx, ids[0]-1, 1)
 	if err != nil {
-		return cleanErr(err)
+		return err
 	}
 	if len(found) == 0 || found[0].ID != ids[0] {
 		return fmt.Errorf("message %d is not dead (or does not exist)", ids[0])
@@ -424,7 +423,7 @@ func runDeadMove(ctx context.Context, e *env, verb string, args []string) error 
 		moved, err = a.DeadSkip(ctx, ids...)
 	}
 	if err != nil {
-		return cleanErr(err)
+		return err
 	}
 	past := map[string]string{"retry": "retried", "skip": "skipped"}[verb]
 	fmt.Fprintf(e.stdout, "%s %d message(s)%s\n", past, len(moved), idList(moved))
@@ -468,7 +467,7 @@ func runPurge(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "purged %d...\n", total)
 	}})
 	if err != nil {
-		return cleanErr(err)
+		return err
 	}
 	fmt.Fprintf(e.stdout, "purged %d done message(s) older than %s\n", n, olderThan)
 	return nil
@@ -546,12 +545,3 @@ func oneLine(s string, n int) string {
 }
 
 func writeJSON(w io.Writer, v any) error { return jsonout.Write(w, v) }
-
-// cleanErr drops the library's "outbox: " prefixes: the CLI prints its own.
-func cleanErr(err error) error {
-	var ue *usageError
-	if errors.As(err, &ue) {
-		return err
-	}
-	return errors.New(strings.ReplaceAll(err.Error(), "outbox: ", ""))
-}

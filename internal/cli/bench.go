@@ -109,7 +109,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		Stdout:     e.stdout, Stderr: e.stderr,
 	})
 	if err := b.Run(ctx); err != nil {
-		return cleanErr(err)
+		return err
 	}
 	return nil
 }

@@ -43,7 +43,7 @@ func bulkErr(err error) error {
 	if errors.As(err, &fe) {
 		return usagef("--filter: %v", fe)
 	}
-	return cleanErr(err)
+	return err
 }
 
 // actor names who runs a CLI write in the audit table: cli:<login>.

@@ -65,10 +65,16 @@ func commands() []command {
 // Version is set at build time with -ldflags "-X github.com/outboxd/outbox/internal/cli.Version=...".
 var Version = "dev"
 
-// usageError marks bad usage or input: exit code 2.
-type usageError struct{ msg string }
+// usageError marks bad usage or input: exit code 2. err, when set, is the
+// library's error the message renders (a *outbox.ConfigError named by flags).
+type usageError struct {
+	msg string
+	err error
+}
 
 func (e *usageError) Error() string { return e.msg }
+
+func (e *usageError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}

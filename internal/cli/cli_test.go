@@ -296,7 +296,19 @@ func requireFailure(t *testing.T, r result, code int) {
 	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
 	require.Len(t, lines, 1, "%s", r)
 	require.True(t, strings.HasPrefix(lines[0], "outboxd: "), "%s", r)
+	requireNoDoubledPrefix(t, lines[0])
 	requireNoPanic(t, r)
+}
+
+// requireNoDoubledPrefix fails when an error line names one layer twice in
+// a row ("outbox: outbox: ", "httpsink: httpsink: "): each layer adds its
+// prefix once and leaves the text it wraps as it is.
+func requireNoDoubledPrefix(t *testing.T, line string) {
+	t.Helper()
+	parts := strings.Split(line, ": ")
+	for i := 1; i < len(parts); i++ {
+		require.False(t, parts[i] == parts[i-1] && !strings.ContainsAny(parts[i], " \"'"), "doubled prefix %q: %s", parts[i], line)
+	}
 }
 
 // withUser returns dsn connecting as user with password.

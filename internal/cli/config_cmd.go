@@ -112,7 +112,7 @@ func checkSinkURL(raw string) error {
 	}
 	if check := sinkCheckers[scheme]; check != nil {
 		if err := check(bareScheme(raw)); err != nil {
-			return usagef("sink %s: %s", sinkutil.RedactURL(raw), strings.TrimPrefix(err.Error(), scheme+"sink: "))
+			return usagef("sink %s: %v", sinkutil.RedactURL(raw), err)
 		}
 	}
 	return nil

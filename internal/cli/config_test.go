@@ -72,6 +72,30 @@ func TestConfigAndRoutes(t *testing.T) {
 		}
 	})
 
+	// The error line is "outboxd: ", what the command was doing, then the
+	// library's or the sink's error as it reported it: its package prefix
+	// kept once, its text (and the input it quotes) unedited.
+	t.Run("ErrorLinesKeepTheLibraryText", func(t *testing.T) {
+		t.Parallel()
+		c := newCLI(t, bin)
+		badTable := `outboxd: --table: outbox: table name "outbox: a.b.c" must be NAME or SCHEMA.NAME` + "\n"
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"status", "--table", "outbox: a.b.c"}, badTable},
+			{[]string{"console", "--table", "outbox: a.b.c"}, badTable},
+			{[]string{"config", "check", "--table", "outbox: a.b.c"}, badTable},
+			{[]string{"config", "check", "--sink", "kafka://h:1?lingr=1s"}, `outboxd: sink kafka://h:1?lingr=1s: kafkasink: unknown URL parameter "lingr" ` +
+				"(known: acks, client_id, create_topics, linger, max_buffered, sasl, timeout, tls, topic)\n"},
+			{[]string{"config", "check", "--defer-max-age", "-1s"}, "outboxd: --defer-max-age must not be negative, got -1s\n"},
+		} {
+			r := c.run(t, tc.args...)
+			requireFailure(t, r, 2)
+			require.Equal(t, tc.want, r.stderr, "%q", tc.args)
+		}
+	})
+
 	t.Run("ZeroMeansTheLibraryDefault", func(t *testing.T) {
 		t.Parallel()
 		c := newCLI(t, bin)

@@ -27,7 +27,7 @@ func databaseChecks(ctx context.Context, e *env, s *runSetup) []checkLine {
 	opts := &outbox.AccessOpts{NoNotify: s.rf.noNotify, Retention: s.retention > 0}
 	acc, err := a.CheckAccess(ctx, opts)
 	if err != nil {
-		return []checkLine{db(sinkutil.Failed("reachable", cleanErr(err), "check the server's logs"))}
+		return []checkLine{db(sinkutil.Failed("reachable", err, "check the server's logs"))}
 	}
 	version := fmt.Sprintf("PostgreSQL %d.%d, role %q", acc.ServerVersion/10000, acc.ServerVersion%10000, acc.Role)
 	lines := []checkLine{db(sinkutil.Passed("reachable", version))}
@@ -47,7 +47,7 @@ func databaseChecks(ctx context.Context, e *env, s *runSetup) []checkLine {
 	lines = append(lines, grantLine(table, acc, opts))
 	if !opts.NoNotify {
 		if acc.ListenErr != nil {
-			lines = append(lines, db(sinkutil.Failed("LISTEN on the wake-up channel", cleanErr(acc.ListenErr),
+			lines = append(lines, db(sinkutil.Failed("LISTEN on the wake-up channel", acc.ListenErr,
 				"connect outboxd to the server directly or through session pooling, or run with --no-notify (polls only)")))
 		} else {
 			lines = append(lines, db(sinkutil.Passed("LISTEN on the wake-up channel", "")))

@@ -67,7 +67,7 @@ func runConsole(ctx context.Context, e *env, args []string) error {
 	}
 	for _, t := range tables {
 		if _, err := outbox.NewAdmin(nil, t); err != nil {
-			return usagef("--table: %v", cleanErr(err))
+			return usagef("--table: %v", err)
 		}
 	}
 	db.appName = "outboxd-console"
@@ -109,7 +109,7 @@ func openConsole(ctx context.Context, e *env, pool *pgxpool.Pool, o consoleOpts,
 	for _, t := range o.tables {
 		a, _ := outbox.NewAdmin(pool, t)
 		if _, err := a.Gauges(ctx); err != nil {
-			return nil, nil, fmt.Errorf("console: table %s: %w", t, cleanErr(err))
+			return nil, nil, fmt.Errorf("console: table %s: %w", t, err)
 		}
 	}
 	creds := console.CredentialsFromEnv(e.getenv)
@@ -119,7 +119,7 @@ func openConsole(ctx context.Context, e *env, pool *pgxpool.Pool, o consoleOpts,
 		SampleInterval: o.every, RequestTimeout: o.timeout,
 	})
 	if err != nil {
-		return nil, nil, usagef("%s", strings.TrimPrefix(err.Error(), "console: "))
+		return nil, nil, usagef("%v", err)
 	}
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {

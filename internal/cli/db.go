@@ -94,7 +94,7 @@ func describeConnErr(err error) string {
 // admin connects and returns an Admin for the table.
 func (d *dbFlags) admin(ctx context.Context, e *env) (*outbox.Admin, *pgxpool.Pool, error) {
 	if _, err := outbox.NewAdmin(nil, d.table); err != nil {
-		return nil, nil, usagef("--table: %v", strings.TrimPrefix(err.Error(), "outbox: "))
+		return nil, nil, usagef("--table: %v", err)
 	}
 	pool, err := d.connect(ctx, e, 4)
 	if err != nil {

@@ -108,7 +108,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if err := admin.Migrate(ctx); err != nil {
-		return cleanErr(err)
+		return err
 	}
 	say("migrated %s; %d producers will write %d orders x 3 events while %d dispatchers deliver them",
 		table, producers, orders, procs)
@@ -126,7 +126,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 			Logger: logger,
 		})
 		if err != nil {
-			return cleanErr(err)
+			return err
 		}
 		dispatchers[i] = d
 		dwg.Add(1)
@@ -149,7 +149,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	for {
 		st, err := admin.Status(ctx)
 		if err != nil {
-			return cleanErr(err)
+			return err
 		}
 		left := st.Counts["pending"] + st.Counts["processing"]
 		say("progress: %d delivered, %d waiting, %d retried, %d dead", rec.unique(), left, rec.failed.Load(), st.Counts["dead"])
@@ -169,7 +169,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	dwg.Wait()
 	st, err := admin.Status(ctx)
 	if err != nil {
-		return cleanErr(err)
+		return err
 	}
 	fmt.Fprintf(e.stderr, "\nsummary\n")
 	fmt.Fprintf(e.stderr, "  enqueued             %d (in %d producer transactions)\n", produced, orders)
@@ -227,7 +227,7 @@ func demoProduce(ctx context.Context, pool *pgxpool.Pool, table string, orders, 
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
-		return 0, cleanErr(err)
+		return 0, err
 	}
 	return int(count.Load()), nil
 }

@@ -49,7 +49,21 @@ func TestConfigErrorNamesTheFlag(t *testing.T) {
 	require.NotContains(t, libErr.Error(), "--")
 	require.Equal(t, ce.Describe(func(field string) string { return flagFor(s.fs, field) }), err.Error())
 
+	// --defer-max-age 0 is the library's no limit; a negative one is the
+	// library's ConfigError, named by the flag.
 	s.rf.retryBase, s.rf.retryCap = 0, 0
+	s.rf.deferMaxAge = 0
+	cfg, err := s.rf.config("outbox", nil)
+	require.NoError(t, err)
+	require.Equal(t, outbox.NoDeferMaxAge, cfg.DeferMaxAge)
+	s.rf.deferMaxAge = -time.Second
+	_, err = s.rf.config("outbox", nil)
+	require.True(t, errors.As(err, &ue), "a usage error")
+	require.True(t, errors.As(err, &ce), "the library's ConfigError")
+	require.Equal(t, "DeferMaxAge", ce.Field)
+	require.Equal(t, "--defer-max-age must not be negative, got -1s", err.Error())
+
+	s.rf.deferMaxAge = outbox.DeferMaxAgeDefault
 	s.rf.workers = -1
 	_, err = s.rf.config("outbox", nil)
 	require.Regexp(t, `^--workers `, err.Error())

@@ -21,6 +21,3 @@ func poolerHint(err error) error {
 	}
 	return err
 }
-
-// runErr is an error of the run path as the command reports it.
-func runErr(err error) error { return cleanErr(poolerHint(err)) }

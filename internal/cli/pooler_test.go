@@ -25,7 +25,7 @@ func TestPoolerHint(t *testing.T) {
 	_, exists := conn.Exec(t.Context(), "PREPARE stmtcache_1 AS SELECT 1")
 	_, missing := conn.Exec(t.Context(), "EXECUTE stmtcache_2")
 	for code, err := range map[string]error{"42P05": exists, "26000": missing} {
-		hinted := runErr(err)
+		hinted := poolerHint(err)
 		require.Contains(t, hinted.Error(), "(SQLSTATE "+code+")")
 		require.Contains(t, hinted.Error(), "add default_query_exec_mode=exec to the DSN, and run with --no-notify")
 		require.NotContains(t, hinted.Error(), "\n")
@@ -36,5 +36,5 @@ func TestPoolerHint(t *testing.T) {
 	require.Equal(t, other, poolerHint(other))
 	plain := errors.New("dial tcp: connection refused")
 	require.Equal(t, plain, poolerHint(plain))
-	require.False(t, strings.Contains(runErr(plain).Error(), "default_query_exec_mode"))
+	require.False(t, strings.Contains(poolerHint(plain).Error(), "default_query_exec_mode"))
 }

@@ -101,15 +101,13 @@ func flagFor(fs *flag.FlagSet, field string) string {
 }
 
 // config builds the dispatcher config from the flags. The library alone
-// validates it (a zero means the library's default, as it does there);
-// only --defer-max-age, whose 0 means "no limit" here, is checked first.
+// validates it, and its *outbox.ConfigError is rendered with the flags'
+// names. A zero means the library's default, as it does there, but for
+// --defer-max-age, whose 0 is the library's "no limit", -1.
 func (r *runFlags) config(table string, logger *slog.Logger) (*outbox.Config, error) {
-	if r.deferMaxAge < 0 {
-		return nil, usagef("--defer-max-age must not be negative (0 means no limit), got %s", r.deferMaxAge)
-	}
 	maxAge := r.deferMaxAge
 	if maxAge == 0 {
-		maxAge = -1
+		maxAge = outbox.NoDeferMaxAge
 	}
 	cfg := &outbox.Config{
 		Table: table, Owner: r.owner, Workers: r.workers, BatchSize: r.batch, MaxAttempts: r.maxAttempts,
@@ -121,9 +119,9 @@ func (r *runFlags) config(table string, logger *slog.Logger) (*outbox.Config, er
 	if err := cfg.WithDefaults().Validate(); err != nil {
 		var ce *outbox.ConfigError
 		if errors.As(err, &ce) {
-			return nil, usagef("%s", ce.Describe(func(field string) string { return flagFor(r.fs, field) }))
+			return nil, &usageError{msg: ce.Describe(func(field string) string { return flagFor(r.fs, field) }), err: ce}
 		}
-		return nil, usagef("%v", err)
+		return nil, &usageError{msg: err.Error(), err: err}
 	}
 	return cfg, nil
 }
@@ -192,7 +190,7 @@ func (s *runSetup) parse(e *env, args []string) error {
 		s.fileRoutes = nil
 	}
 	if _, err := outbox.NewAdmin(nil, s.db.table); err != nil {
-		return usagef("--table: %v", cleanErr(err))
+		return usagef("--table: %v", err)
 	}
 	return nil
 }
@@ -330,7 +328,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	}
 	d, err := outbox.NewDispatcher(pool, sink, cfg)
 	if err != nil {
-		return cleanErr(err)
+		return err
 	}
 	if s.consoleAddr != "" {
 		stopConsole, err := s.startConsole(ctx, e, pool, logger)
@@ -355,7 +353,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		err = d.Run(ctx)
 	}
 	if err != nil {
-		return runErr(err)
+		return poolerHint(err)
 	}
 	st := d.Stats()
 	logger.Info("summary", slog.Int64("done", st.Done), slog.Int64("retried", st.Retried),
@@ -373,11 +371,11 @@ func (s *runSetup) checkAccess(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	acc, err := admin.CheckAccess(ctx, &outbox.AccessOpts{NoNotify: s.rf.noNotify, Retention: s.retention > 0})
 	if err != nil {
-		return runErr(err)
+		return poolerHint(err)
 	}
 	var pe *outbox.PrivilegeError
 	if errors.As(acc.Err(), &pe) {
-		return fmt.Errorf("%w (as the table's owner: %s)", cleanErr(pe), strings.Join(pe.Grants(), " "))
+		return fmt.Errorf("%w (as the table's owner: %s)", pe, strings.Join(pe.Grants(), " "))
 	}
 	return nil
 }
@@ -396,7 +394,7 @@ func checkRoutes(ctx context.Context, pool *pgxpool.Pool, table string, router *
 	}
 	types, err := admin.UndeliveredTypes(ctx)
 	if err != nil {
-		return runErr(err)
+		return poolerHint(err)
 	}
 	if missing := router.Unrouted(types); len(missing) > 0 {
 		parts := make([]string, 0, len(missing))

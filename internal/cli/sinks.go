@@ -128,7 +128,7 @@ func openSink(rawURL string, se *sinkEnv) (outbox.Sink, error) {
 	}
 	s, err := sinkFactories[scheme](bareScheme(rawURL), se)
 	if err != nil {
-		return nil, usagef("--sink %s: %s", sinkutil.RedactURL(rawURL), strings.TrimPrefix(err.Error(), scheme+"sink: "))
+		return nil, usagef("--sink %s: %v", sinkutil.RedactURL(rawURL), err)
 	}
 	if se.tracer != nil {
 		s = tracing.WrapSink(s, &tracing.Options{TracerProvider: se.tracer, System: tracing.SystemForScheme(scheme)})
