@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxd/outbox/internal/store"
@@ -56,11 +58,38 @@ const (
 // CountCap is where a non-exact [Admin.Count] stops counting.
 const CountCap = 10_000
 
+// SearchWindow is how many rows [Admin.Search] and a non-exact
+// [Admin.Count] read at most when the filter has a term no index serves and
+// the walk is the primary key's; at about a microsecond a row it bounds a
+// call to tens of milliseconds at any table size. A walk through a
+// secondary index (status dead, pending or processing, an indexed column)
+// reads rows scattered over the table, a heap page each, and gets a tenth
+// of the window.
+const SearchWindow = 100_000
+
+// scatteredShare is the part of a window a walk through a secondary index
+// gets (see SearchWindow).
+const scatteredShare = 10
+
+// window is the window of a search of f: w rows, or a tenth of them when
+// the walk goes through a secondary index.
+func window(f store.Filter, indexed []string, w int64) int64 {
+	if store.Scattered(f, indexed) {
+		return max(w/scatteredShare, 1)
+	}
+	return w
+}
+
 // Count is a number of matching messages. Capped means counting stopped
 // at N: there are N or more ("10,000+").
 type Count struct {
 	N      int64
 	Capped bool
+	// Partial means the filter has a term no index serves and counting read
+	// only the Searched newest rows of the rest of the filter: N of them
+	// match, more may match further back (Capped is set too).
+	Partial  bool
+	Searched int64
 }
 
 // Messages returns one page of messages matching f, and the After of the
@@ -90,25 +119,92 @@ func (a *Admin) Messages(ctx context.Context, f Filter, p Page) ([]MessageSummar
 	return out, next, nil
 }
 
-// Count counts the messages matching f. Unless exact, counting stops past
-// CountCap, so the answer stays fast however large the table: a Capped
-// count of CountCap. Exact reads every matching row.
+// Count counts the messages matching f. Unless exact, it stays fast however
+// large the table: counting stops past CountCap (a Capped count of
+// CountCap), and a filter with a term no index serves is counted among the
+// newest SearchWindow rows only (a Partial count). Exact reads every
+// matching row.
 func (a *Admin) Count(ctx context.Context, f Filter, exact bool) (Count, error) {
 	if err := a.CheckFilter(ctx, f); err != nil {
 		return Count{}, err
 	}
-	var limit int64
 	if !exact {
-		limit = CountCap + 1
+		return a.boundedCount(ctx, f, SearchWindow)
 	}
-	n, err := a.store.Count(ctx, a.db, store.Filter(f), limit)
+	n, err := a.store.Count(ctx, a.db, store.Filter(f), 0)
 	if err != nil {
 		return Count{}, fmt.Errorf("outbox: count: %w", err)
 	}
-	if !exact && n > CountCap {
+	return Count{N: n}, nil
+}
+
+// CountWindow is a non-exact [Admin.Count] whose window is window rows
+// rather than SearchWindow.
+func (a *Admin) CountWindow(ctx context.Context, f Filter, window int) (Count, error) {
+	if err := a.CheckFilter(ctx, f); err != nil {
+		return Count{}, err
+	}
+	return a.boundedCount(ctx, f, int64(cmp.Or(window, SearchWindow)))
+}
+
+func (a *Admin) boundedCount(ctx context.Context, f Filter, w int64) (Count, error) {
+	sf := store.Filter(f)
+	indexed, err := a.indexed(ctx, sf)
+	if err != nil {
+		return Count{}, fmt.Errorf("outbox: count: %w", err)
+	}
+	if store.Residual(sf, indexed) {
+		w = window(sf, indexed, w)
+		n, read, err := a.store.CountWindow(ctx, a.db, sf, w, indexed)
+		if err != nil {
+			return Count{}, fmt.Errorf("outbox: count: %w", err)
+		}
+		if read < w {
+			return Count{N: n}, nil // the window held every candidate
+		}
+		return Count{N: n, Capped: true, Partial: true, Searched: read}, nil
+	}
+	n, err := a.store.Count(ctx, a.db, sf, CountCap+1)
+	if err != nil {
+		return Count{}, fmt.Errorf("outbox: count: %w", err)
+	}
+	if n > CountCap {
 		return Count{N: CountCap, Capped: true}, nil
 	}
 	return Count{N: n}, nil
+}
+
+// CountExactWithin is an exact [Admin.Count] bounded in time: the count
+// runs with a statement timeout of d, and ok is false when the server
+// cancelled it at d (then n is 0).
+func (a *Admin) CountExactWithin(ctx context.Context, f Filter, d time.Duration) (n int64, ok bool, err error) {
+	if err := a.CheckFilter(ctx, f); err != nil {
+		return 0, false, err
+	}
+	err = pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) error {
+		if err := a.store.SetStatementTimeout(ctx, tx, max(d.Milliseconds(), 1)); err != nil {
+			return err
+		}
+		n, err = a.store.Count(ctx, tx, store.Filter(f), 0)
+		return err
+	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "57014" && ctx.Err() == nil { // query_canceled
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("outbox: count: %w", err)
+	}
+	return n, true, nil
+}
+
+// indexed returns the columns that lead an index on (column, id), looked up
+// only when f has an equality term such an index could serve.
+func (a *Admin) indexed(ctx context.Context, f store.Filter) ([]string, error) {
+	if f.EventType == "" && f.AggregateType == "" && f.AggregateID == "" {
+		return nil, nil
+	}
+	return a.store.IndexedColumns(ctx, a.db)
 }
 
 // Message returns the message with id in full, or [ErrNotFound].

@@ -36,10 +36,16 @@ type MessageDetailView struct {
 	Headers      map[string]string `json:"headers"`
 }
 
-// CountView is a match count; capped means "at least N".
+// CountView is a match count; capped means "at least N". Partial means
+// only the newest Searched rows were counted (the filter has a term no
+// index serves); ExactTimedOut that an exact count was asked for and did
+// not finish within Config.ExactCountTimeout, so N is the bounded count.
 type CountView struct {
-	N      int64 `json:"n"`
-	Capped bool  `json:"capped"`
+	N             int64 `json:"n"`
+	Capped        bool  `json:"capped"`
+	Partial       bool  `json:"partial"`
+	Searched      int64 `json:"searched"`
+	ExactTimedOut bool  `json:"exact_timed_out"`
 }
 
 func messageView(m outbox.MessageSummary) MessageView {
@@ -50,11 +56,15 @@ func messageView(m outbox.MessageSummary) MessageView {
 	}
 }
 
-// listing is one page of messages matching a filter, with its capped count.
+// listing is one page of messages matching a filter, with its capped
+// count. Partial means the search window ran out before the page filled:
+// Searched rows were read, and Next goes on past them.
 type listing struct {
-	Rows  []MessageView
-	Next  int64
-	Count CountView
+	Rows     []MessageView
+	Next     int64
+	Partial  bool
+	Searched int64
+	Count    CountView
 }
 
 func (s *Server) list(r *http.Request, t *table, force string) (listing, error) {
@@ -62,12 +72,30 @@ func (s *Server) list(r *http.Request, t *table, force string) (listing, error) 
 	if err != nil {
 		return l, err
 	}
-	c, err := t.admin.Count(r.Context(), f, r.URL.Query().Get("exact") == "1")
+	l.Count, err = s.count(r, t, f, r.URL.Query().Get("exact") == "1")
+	return l, err
+}
+
+// count is the bounded count of f; with exact, an exact count if one
+// finishes within Config.ExactCountTimeout.
+func (s *Server) count(r *http.Request, t *table, f outbox.Filter, exact bool) (CountView, error) {
+	c, err := t.admin.CountWindow(r.Context(), f, s.cfg.SearchWindow)
 	if err != nil {
-		return l, asRequestError(err)
+		return CountView{}, asRequestError(err)
 	}
-	l.Count = CountView{c.N, c.Capped}
-	return l, nil
+	v := CountView{N: c.N, Capped: c.Capped, Partial: c.Partial, Searched: c.Searched}
+	if !exact || !c.Capped {
+		return v, nil // not capped: already exact
+	}
+	n, ok, err := t.admin.CountExactWithin(r.Context(), f, s.cfg.ExactCountTimeout)
+	switch {
+	case err != nil:
+		return CountView{}, asRequestError(err)
+	case !ok:
+		v.ExactTimedOut = true
+		return v, nil
+	}
+	return CountView{N: n}, nil
 }
 
 // asRequestError turns the library's input errors (a JSON path the
@@ -108,7 +136,9 @@ func (s *Server) apiMessages(w http.ResponseWriter, r *http.Request, _ principal
 	writeJSON(w, http.StatusOK, struct {
 		Messages []MessageView `json:"messages"`
 		Next     *int64        `json:"next_after"`
-	}{l.Rows, next})
+		Partial  bool          `json:"partial"`
+		Searched int64         `json:"searched"`
+	}{l.Rows, next, l.Partial, l.Searched})
 }
 
 // listNoCount is one page of messages without the count (the API has /count).
@@ -122,12 +152,12 @@ func (s *Server) listNoCount(r *http.Request, t *table, force string) (listing, 
 	if err != nil {
 		return listing{}, f, err
 	}
-	rows, next, err := t.admin.Messages(r.Context(), f, p)
+	found, err := t.admin.Search(r.Context(), f, p, s.cfg.SearchWindow)
 	if err != nil {
 		return listing{}, f, asRequestError(err)
 	}
-	out := listing{Rows: make([]MessageView, len(rows)), Next: next}
-	for i, m := range rows {
+	out := listing{Rows: make([]MessageView, len(found.Messages)), Next: found.Next, Partial: found.Partial, Searched: found.Searched}
+	for i, m := range found.Messages {
 		out.Rows[i] = messageView(m)
 	}
 	return out, f, nil
@@ -144,12 +174,12 @@ func (s *Server) apiCount(w http.ResponseWriter, r *http.Request, _ principal) {
 		apiError(w, http.StatusBadRequest, "bad_request", cleanErr(err))
 		return
 	}
-	c, err := t.admin.Count(r.Context(), f, q.Get("exact") == "1")
+	c, err := s.count(r, t, f, q.Get("exact") == "1")
 	if err != nil {
-		s.answerErr(w, r, asRequestError(err))
+		s.answerErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, CountView{c.N, c.Capped})
+	writeJSON(w, http.StatusOK, c)
 }
 
 func (s *Server) detail(r *http.Request, t *table) (*MessageDetailView, error) {
@@ -189,6 +219,7 @@ type listPage struct {
 	Select                         bool
 	After                          int64
 	NextLink, FirstLink, ExactLink string
+	ExactTimeout                   time.Duration
 }
 
 // filterForm is what the filter form shows.
@@ -233,6 +264,7 @@ func (s *Server) listPage(w http.ResponseWriter, r *http.Request, t *table, base
 	data.NextLink = withParam(action, q, "after", strconv.FormatInt(l.Next, 10))
 	data.FirstLink = withParam(action, q, "after", "")
 	data.ExactLink = withParam(action, q, "exact", "1")
+	data.ExactTimeout = s.cfg.ExactCountTimeout
 	data.Select = force == "dead" && s.cfg.Write
 	s.render(w, base.Page, data)
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -121,4 +122,80 @@ func TestCountIsCapped(t *testing.T) {
 	exact := pc.get("/t/" + b.table + "/dead?exact=1").body
 	require.Contains(t, exact, ">10,001</span>")
 	require.NotContains(t, exact, `id="exact-count"`)
+}
+
+// TestSearchWindowAPI: a filter no index serves reads a bounded window per
+// request; the API says how far it searched and next_after goes on, and the
+// pages offer to search further.
+func TestSearchWindowAPI(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Config{Credentials: console.Credentials{Token: testToken}, SearchWindow: 40})
+	b.exec(t, `INSERT INTO {{table}} (aggregate_type, aggregate_id, event_type, payload, status, done_at, last_error)
+	           SELECT 'order', g::text, 'OrderPaid', '{}', CASE WHEN g % 2 = 0 THEN 'dead' ELSE 'done' END, now(),
+	                  CASE WHEN g IN (5, 130) THEN 'disk full' ELSE 'boom' END
+	           FROM generate_series(1, 150) AS g`)
+	c := b.client(t, bearer(testToken))
+	api := "/api/v1/tables/" + b.table
+	type searchBody struct {
+		messagesBody
+		Partial  bool  `json:"partial"`
+		Searched int64 `json:"searched"`
+	}
+	var found []string
+	path := api + "/messages?error=disk"
+	for calls := 1; ; calls++ {
+		require.LessOrEqual(t, calls, 4, "150 rows in windows of 40")
+		body := decode[searchBody](t, c.get(path))
+		require.LessOrEqual(t, body.Searched, int64(40))
+		for _, m := range body.Messages {
+			found = append(found, m.AggregateID)
+		}
+		if calls < 4 {
+			require.True(t, body.Partial, "call %d", calls)
+			require.Equal(t, int64(40), body.Searched, "call %d", calls)
+		}
+		if body.Next == nil {
+			require.False(t, body.Partial)
+			break
+		}
+		path = fmt.Sprintf("%s/messages?error=disk&after=%d", api, *body.Next)
+	}
+	require.Equal(t, []string{"130", "5"}, found)
+
+	require.Equal(t, console.CountView{N: 1, Capped: true, Partial: true, Searched: 40},
+		decode[console.CountView](t, c.get(api+"/count?error=disk")))
+	// Exact on request finishes in time on a small table.
+	require.Equal(t, console.CountView{N: 2}, decode[console.CountView](t, c.get(api+"/count?error=disk&exact=1")))
+	// The dead index drives a dead-only search, in a tenth of the window:
+	// the newest 4 dead rows do not say "disk".
+	require.Equal(t, console.CountView{Capped: true, Partial: true, Searched: 4},
+		decode[console.CountView](t, c.get(api+"/count?status=dead&error=disk")))
+
+	pc := b.client(t, nil)
+	pc.login(url.Values{"token": {testToken}})
+	page := pc.get("/t/" + b.table + "/messages?error=disk").body
+	require.Contains(t, page, `id="search-partial"`)
+	require.Contains(t, page, "Searched 40 messages, 1 found.")
+	require.Contains(t, page, `id="search-further"`)
+	require.Contains(t, page, `in the newest 40`)
+	require.NotContains(t, page, `id="next-page"`)
+	dead := pc.get("/t/" + b.table + "/dead?error=disk").body
+	require.Contains(t, dead, `id="search-further"`)
+}
+
+// TestExactCountTimesOut: an exact count that cannot finish within
+// ExactCountTimeout answers the bounded count, marked, in time.
+func TestExactCountTimesOut(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Config{Credentials: console.Credentials{Token: testToken}, ExactCountTimeout: time.Millisecond})
+	b.exec(t, `INSERT INTO {{table}} (aggregate_type, aggregate_id, event_type, payload, status, done_at)
+	           SELECT 'order', g::text, 'OrderPaid', jsonb_build_object('n', g), 'done', now() FROM generate_series(1, 300000) AS g`)
+	c := b.client(t, bearer(testToken))
+	api := "/api/v1/tables/" + b.table
+	got := decode[console.CountView](t, c.get(api+"/count?status=done&exact=1"))
+	require.Equal(t, console.CountView{N: 10000, Capped: true, ExactTimedOut: true}, got)
+	pc := b.client(t, nil)
+	pc.login(url.Values{"token": {testToken}})
+	page := pc.get("/t/" + b.table + "/messages?status=done&exact=1").body
+	require.Contains(t, page, `id="exact-timed-out"`)
 }

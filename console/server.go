@@ -21,6 +21,7 @@ const (
 	RequestTimeoutDefault    = 10 * time.Second
 	SignInBurstDefault       = 10
 	SignInRefillDefault      = 6 * time.Second
+	ExactCountTimeoutDefault = 150 * time.Millisecond
 )
 
 // Config configures a [Server].
@@ -64,6 +65,16 @@ type Config struct {
 	// SignInRefill is how often one more attempt is allowed per address
 	// once the burst is spent. Defaults to 6s (10 a minute).
 	SignInRefill time.Duration
+	// SearchWindow is how many rows a listing or count reads at most when
+	// its filter has a term no index serves (created_at, error text, paths,
+	// a column without an index on (column, id)); a page that does not fill
+	// within it says so and offers to search further. Defaults to
+	// outbox.SearchWindow (100,000).
+	SearchWindow int
+	// ExactCountTimeout bounds an exact count asked for (exact=1): past it
+	// the server cancels the count and the answer is the bounded count,
+	// marked exact_timed_out. Defaults to 150ms.
+	ExactCountTimeout time.Duration
 }
 
 // Server is the console's HTTP handler, its sampler and its job registry.
@@ -110,6 +121,12 @@ func New(db outbox.DB, cfg *Config) (*Server, error) {
 	}
 	if c.SignInRefill <= 0 {
 		c.SignInRefill = SignInRefillDefault
+	}
+	if c.SearchWindow <= 0 {
+		c.SearchWindow = outbox.SearchWindow
+	}
+	if c.ExactCountTimeout <= 0 {
+		c.ExactCountTimeout = ExactCountTimeoutDefault
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -57,7 +57,7 @@ document.addEventListener('keydown', (e) => {
     case 'k': moveCursor(-1); break;
     case 'Enter': { const r = rows()[cursor]; if (r) location.href = r.dataset.href; break; }
     case 'x': { const r = rows()[cursor]; const c = r && r.querySelector('input.sel'); if (c) { c.checked = !c.checked; c.dispatchEvent(new Event('change', { bubbles: true })); } break; }
-    case 'n': { const a = document.getElementById('next-page'); if (a) location.href = a.href; break; }
+    case 'n': { const a = document.getElementById('next-page') || document.getElementById('search-further'); if (a) location.href = a.href; break; }
     case 'p': { if (document.getElementById('first-page')) history.back(); break; }
     case '?': document.getElementById('help').showModal(); break;
   }

@@ -41,6 +41,8 @@ type Page struct {
 // consoleSQL are the statements whose WHERE clause is built per filter.
 type consoleSQL struct {
 	messages, count, countExact, message, checkPath string
+	search, countWindow, indexedColumns             string
+	statementTimeout                                string
 	deadRetry, deadSkip, replay                     string
 	auditInsert, auditFinish, auditList             string
 	breakdownEvent, breakdownAggregate, owners      string
@@ -52,6 +54,10 @@ func loadConsole(load func(string) string) consoleSQL {
 		messages:           load("sql/console_messages.sql"),
 		count:              load("sql/console_count.sql"),
 		countExact:         load("sql/console_count_exact.sql"),
+		search:             load("sql/console_search.sql"),
+		countWindow:        load("sql/console_count_window.sql"),
+		indexedColumns:     load("sql/indexed_columns.sql"),
+		statementTimeout:   load("sql/statement_timeout.sql"),
 		message:            load("sql/console_message.sql"),
 		checkPath:          load("sql/check_path.sql"),
 		deadRetry:          load("sql/dead_retry_batch.sql"),

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -48,13 +49,21 @@ func loadTerms() map[string]string {
 
 // where is a WHERE clause being built from filter.sql's fragments: the
 // conditions, their parameters' values, and the next parameter's number.
+//
+// A split clause (buildSplit) keeps apart the residual conditions: those no
+// index serves, checked row by row in a bounded window.
 type where struct {
-	conds []string
-	args  []any
-	next  int
+	conds, rest []string
+	args        []any
+	next        int
 }
 
-func (w *where) add(term string, arg any) {
+func (w *where) add(term string, arg any) { w.conds = append(w.conds, w.frag(term, arg)) }
+
+// addRest adds a residual condition.
+func (w *where) addRest(term string, arg any) { w.rest = append(w.rest, w.frag(term, arg)) }
+
+func (w *where) frag(term string, arg any) string {
 	frag, ok := terms[term]
 	if !ok {
 		panic("store: no filter term " + term) // a build bug
@@ -64,19 +73,65 @@ func (w *where) add(term string, arg any) {
 		w.args = append(w.args, arg)
 		w.next++
 	}
-	w.conds = append(w.conds, frag)
+	return frag
 }
 
-func (w *where) String() string {
-	if len(w.conds) == 0 {
+func (w *where) String() string { return joinAnd(w.conds) }
+
+// Rest is the residual conditions, ANDed.
+func (w *where) Rest() string { return joinAnd(w.rest) }
+
+func joinAnd(conds []string) string {
+	if len(conds) == 0 {
 		return "true"
 	}
-	return strings.Join(w.conds, " AND ")
+	return strings.Join(conds, " AND ")
+}
+
+// Scattered reports whether the walk that drives a search of f goes through
+// a secondary index (a status other than done, or an indexed column): its
+// rows lie anywhere in the table, about a heap page each, where the primary
+// key's neighbours share pages.
+func Scattered(f Filter, indexed []string) bool {
+	if len(f.Status) > 0 && !(len(f.Status) == 1 && f.Status[0] == "done") {
+		return true
+	}
+	for _, t := range []struct {
+		col, value string
+	}{{"event_type", f.EventType}, {"aggregate_type", f.AggregateType}, {"aggregate_id", f.AggregateID}} {
+		if t.value != "" && slices.Contains(indexed, t.col) {
+			return true
+		}
+	}
+	return false
+}
+
+// Residual reports whether f has a term that no index of the table serves,
+// given the columns that lead an index on (column, id) (IndexedColumns).
+func Residual(f Filter, indexed []string) bool {
+	w, err := buildSplit(f, 1, indexed)
+	return err == nil && len(w.rest) > 0
 }
 
 // buildWhere returns the conditions of f, numbering parameters from first.
 // An unknown status is an error; values never enter the text.
-func buildWhere(f Filter, first int) (*where, error) {
+func buildWhere(f Filter, first int) (*where, error) { return build(f, first, nil) }
+
+// buildSplit is buildWhere with the terms no index serves kept apart: the
+// status, id and cursor terms drive the walk, and so do equality terms on
+// the indexed columns; the rest are residual.
+func buildSplit(f Filter, first int, indexed []string) (*where, error) {
+	residual := map[string]bool{"created_after": true, "created_before": true,
+		"error_contains": true, "payload_path": true, "header_path": true}
+	for _, col := range []string{"event_type", "aggregate_type", "aggregate_id"} {
+		residual[col] = !slices.Contains(indexed, col)
+	}
+	return build(f, first, residual)
+}
+
+// build returns the conditions of f, numbering parameters from first; the
+// terms in residual go to the residual conditions.
+func build(f Filter, first int, residual map[string]bool) (*where, error) {
 	w := &where{next: first}
 	if len(f.Status) > 0 {
 		var alts []string
@@ -110,7 +165,10 @@ func buildWhere(f Filter, first int) (*where, error) {
 		{"payload_path", f.PayloadPath != "", f.PayloadPath},
 		{"header_path", f.HeaderPath != "", f.HeaderPath},
 	} {
-		if t.set {
+		switch {
+		case t.set && residual[t.term]:
+			w.addRest(t.term, t.arg)
+		case t.set:
 			w.add(t.term, t.arg)
 		}
 	}
