@@ -22,3 +22,6 @@ func (s *Store) OwnersSQL() string { return s.console.owners }
 
 // PurgeSQL returns the statement PurgeBatch runs, for plan tests.
 func (s *Store) PurgeSQL() string { return s.purge }
+
+// StatusSQL is the statement Status runs ($1: the quoted table name).
+func (s *Store) StatusSQL() string { return s.status }

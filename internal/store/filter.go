@@ -93,7 +93,7 @@ func joinAnd(conds []string) string {
 // rows lie anywhere in the table, about a heap page each, where the primary
 // key's neighbours share pages.
 func Scattered(f Filter, indexed []string) bool {
-	if len(f.Status) > 0 && !(len(f.Status) == 1 && f.Status[0] == "done") {
+	if len(f.Status) > 1 || len(f.Status) == 1 && f.Status[0] != "done" {
 		return true
 	}
 	for _, t := range []struct {

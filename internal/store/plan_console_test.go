@@ -1,11 +1,14 @@
 package store_test
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outbox/internal/store"
@@ -89,6 +92,18 @@ func TestConsolePlans(t *testing.T) {
 		require.NoError(t, err)
 		cases = append(cases, tc{"Count" + n, q, args, want})
 	}
+	// A filter with a term no index serves: the bounded window (100,000
+	// rows in the library; 50,000 here, a quarter of the done rows).
+	search := func(n string, flt store.Filter, p store.Page, want ...string) {
+		q, args, err := b.st.SearchSQL(flt, p, 50000, nil)
+		require.NoError(t, err)
+		cases = append(cases, tc{"Search" + n, q, args, want})
+	}
+	countWindow := func(n string, flt store.Filter, want ...string) {
+		q, args, err := b.st.CountWindowSQL(flt, 50000, nil)
+		require.NoError(t, err)
+		cases = append(cases, tc{"CountWindow" + n, q, args, want})
+	}
 	bulk := func(n string, a store.Action, flt store.Filter, want ...string) {
 		q, args, err := b.st.BulkSQL(a, store.BatchParams{Filter: flt, After: 1000, Size: 500, AuditID: 1, Channel: "c", Name: "r"})
 		require.NoError(t, err)
@@ -115,6 +130,19 @@ func TestConsolePlans(t *testing.T) {
 	count("DeadByEventType", store.Filter{Status: []string{"dead"}, EventType: "OrderPaid"}, dead)
 	count("Pending", f("pending"))
 	count("IDRange", store.Filter{IDMin: 100000, IDMax: 120000}, name+"_pkey")
+	rare := store.Filter{AggregateID: "order-7", ErrorContains: "disk"}
+	day := store.Filter{CreatedAfter: time.Now().Add(-time.Hour), CreatedBefore: time.Now()}
+	search("ErrorText", rare, newest, name+"_pkey")
+	search("ErrorTextContinued", rare, store.Page{After: 120000, Limit: 51, Desc: true}, name+"_pkey")
+	search("ErrorTextOldestFirst", rare, store.Page{Limit: 51}, name+"_pkey")
+	search("CreatedAt", day, newest, name+"_pkey")
+	search("PayloadPath", store.Filter{PayloadPath: "$.n > 199990"}, newest, name+"_pkey")
+	search("DoneErrorText", store.Filter{Status: []string{"done"}, ErrorContains: "x"}, newest, name+"_pkey")
+	search("DeadErrorText", store.Filter{Status: []string{"dead"}, ErrorContains: "x"}, newest, dead)
+	search("IDRangeCreatedAt", store.Filter{IDMin: 1000, IDMax: 90000, CreatedAfter: time.Now()}, newest, name+"_pkey")
+	countWindow("ErrorText", rare, name+"_pkey")
+	countWindow("PayloadPath", store.Filter{PayloadPath: "$.n > 199990"}, name+"_pkey")
+	countWindow("DeadErrorText", store.Filter{Status: []string{"dead"}, ErrorContains: "x"}, dead)
 	bulk("DeadRetry", store.ActionDeadRetry, store.Filter{EventType: "OrderPaid"}, dead)
 	bulk("DeadSkip", store.ActionDeadSkip, store.Filter{}, dead)
 	bulk("Replay", store.ActionReplay, store.Filter{IDMax: 5000}, name+"_pkey")
@@ -137,7 +165,71 @@ func TestConsolePlans(t *testing.T) {
 				text, plan := explain(t, b.pool, c.sql, generic, literals(c.args))
 				t.Logf("%s plan (%s), 200000 done, 1000 each pending, processing and dead:\n%s", c.name, mode, text)
 				requireNoSeqScan(t, b.st, plan, c.want)
+				if strings.HasPrefix(c.name, "Search") {
+					// The window function and the ORDER BYs take the walk's order.
+					plan.walk(func(n *planNode) { require.NotEqual(t, "Sort", n.NodeType, "a search sorts its window") })
+				}
 			})
 		}
 	}
+}
+
+// TestStatusPlan runs status.sql under EXPLAIN ANALYZE on a table above the
+// done estimate's threshold (analysed, over 10,000 rows): the capped count
+// of done rows is a sequential scan in the plan, but one that must never
+// run there. Every other part reads the partial index of its status.
+func TestStatusPlan(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.exec(t, `INSERT INTO {{table}} (aggregate_type, aggregate_id, event_type, payload, status, attempts, done_at)
+		SELECT 'order', 'order-' || g, 'OrderPlaced', '{}', 'done', 1, now() FROM generate_series(1, 30000) AS g`)
+	b.exec(t, `INSERT INTO {{table}} (aggregate_type, aggregate_id, event_type, payload, status)
+		SELECT 'order', 'order-' || g, 'OrderPaid', '{}', CASE WHEN g % 20 = 0 THEN 'pending' ELSE 'dead' END
+		FROM generate_series(1, 2000) AS g`)
+	b.exec(t, "ANALYZE {{table}}")
+	name := b.st.Table.Name
+	for _, generic := range []bool{false, true} {
+		text, plan := explainAnalyzeMode(t, b, b.st.StatusSQL(), generic, literals([]any{b.st.Table.Quoted()}))
+		t.Logf("status plan (generic %v), 30000 done, 100 pending, 1900 dead:\n%s", generic, text)
+		ran := 0
+		plan.walk(func(n *planNode) {
+			// Its rows include the dead ones: a heap page per dead row.
+			require.NotEqual(t, name+"_aggregate_head", n.IndexName, "status reads the dead rows")
+			if n.RelationName == name && n.NodeType == "Seq Scan" {
+				require.Zero(t, n.ActualLoops, "the done count ran: a sequential scan of %s", name)
+				ran++
+			}
+		})
+		require.NotZero(t, ran, "the plan holds the capped done count (never executed)")
+	}
+}
+
+// explainAnalyzeMode is explain, executing the statement: the plan as
+// EXPLAIN ANALYZE prints it, and as JSON.
+func explainAnalyzeMode(t *testing.T, b *testBundle, q string, generic bool, args string) (string, planNode) {
+	t.Helper()
+	ctx := t.Context()
+	conn, err := b.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	mode := map[bool]string{false: "force_custom_plan", true: "force_generic_plan"}[generic]
+	_, err = conn.Exec(ctx, "SET plan_cache_mode = "+mode+"; PREPARE plan_probe AS "+q)
+	require.NoError(t, err)
+	defer func() {
+		_, err := conn.Exec(context.WithoutCancel(ctx), "DEALLOCATE plan_probe; RESET plan_cache_mode")
+		require.NoError(t, err)
+	}()
+	execute := "EXECUTE plan_probe(" + args + ")"
+	rows, err := conn.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "+execute)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	var js string
+	require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+execute).Scan(&js))
+	var doc []struct {
+		Plan planNode `json:"Plan"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(js), &doc))
+	require.Len(t, doc, 1)
+	return strings.Join(lines, "\n"), doc[0].Plan
 }

@@ -11,6 +11,10 @@
 -- reltuples -1) the done rows are counted exactly up to 10,000, a scan that
 -- stops at the 10,001st; past that the answer is 10,001, estimated. The
 -- counting subquery is an InitPlan, run only when the CASE reaches it.
+-- The attempts histogram reads pending and processing rows apart, each
+-- through its own partial index: "status IN (pending, processing)" drew the
+-- planner to the aggregate-head index, whose rows include the dead ones,
+-- and so to a heap page per dead row.
 WITH pending AS (
     SELECT count(*) AS n FROM {{table}} WHERE status = 'pending'
 ),
@@ -39,8 +43,11 @@ SELECT
      ) AS u),
     (SELECT count(*) FROM {{table}} WHERE status = 'processing' AND lease_until < now()),
     (SELECT coalesce(jsonb_object_agg(attempts, n), '{}'::jsonb) FROM (
-        SELECT attempts, count(*) AS n FROM {{table}}
-        WHERE status IN ('pending', 'processing') GROUP BY attempts
+        SELECT attempts, count(*) AS n FROM (
+            SELECT attempts FROM {{table}} WHERE status = 'pending'
+            UNION ALL
+            SELECT attempts FROM {{table}} WHERE status = 'processing'
+        ) AS u GROUP BY attempts
      ) AS h),
     e.n - p.n - q.n - d.n > 10000 OR (SELECT n FROM done_capped) > 10000
 FROM pending AS p, processing AS q, dead AS d, estimate AS e
