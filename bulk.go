@@ -243,3 +243,37 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// PreviewOpts tune [Admin.PreviewMatching].
+type PreviewOpts struct {
+	Actor  string // who asks, recorded in the audit row and log line
+	Name   string // the replay's name, recorded; "" for the dead actions
+	Window int    // the count's window (see [Admin.CountWindow]); 0 means SearchWindow
+}
+
+// PreviewMatching is a dry run of [Admin.DeadRetryMatching] (action
+// "dead_retry"), [Admin.DeadSkipMatching] ("dead_skip") or [Admin.Replay]
+// ("replay") that stays fast however large the table: its count is a
+// non-exact [Admin.Count]'s of f narrowed to the action's status (Capped
+// past CountCap; Partial, among the newest rows of a bounded window, for a
+// filter with a term no index serves). It is audited as a dry run with that
+// count.
+func (a *Admin) PreviewMatching(ctx context.Context, action string, f Filter, o PreviewOpts) (Count, error) {
+	status := map[string]string{string(store.ActionDeadRetry): "dead", string(store.ActionDeadSkip): "dead",
+		string(store.ActionReplay): "done"}[action]
+	if status == "" {
+		return Count{}, fmt.Errorf("outbox: preview: unknown action %q (want dead_retry, dead_skip or replay)", action)
+	}
+	if slices.ContainsFunc(f.Status, func(s string) bool { return s != status }) {
+		return Count{}, &FilterError{Term: "status=" + f.sortedStatusText(),
+			Err: fmt.Errorf("%s acts on %s messages only", label(action), status)}
+	}
+	scoped := f
+	scoped.Status = []string{status}
+	c, err := a.CountWindow(ctx, scoped, o.Window)
+	if err != nil {
+		return Count{}, err
+	}
+	entry := AuditEntry{Actor: o.Actor, Action: action, Name: o.Name, Filter: f.Terms(), DryRun: true, Count: c.N}
+	return c, a.auditDryRun(ctx, entry)
+}

@@ -74,12 +74,7 @@ func (s *Server) deadMatching(w http.ResponseWriter, r *http.Request, p principa
 	}
 	run := s.bulkFunc(t, action)
 	if req.DryRun {
-		n, err := run(r.Context(), f, outbox.BulkOpts{DryRun: true, Actor: p.actor})
-		if err != nil {
-			s.answerErr(w, r, asRequestError(err))
-			return
-		}
-		writeCount(w, n)
+		s.preview(w, r, t, "dead_"+action, f, outbox.PreviewOpts{Actor: p.actor})
 		return
 	}
 	view := JobView{Kind: "dead_" + action, Table: t.name, Actor: p.actor, Filter: f.Terms()}
@@ -121,13 +116,7 @@ func (s *Server) apiReplay(w http.ResponseWriter, r *http.Request, p principal) 
 		return
 	}
 	if req.DryRun {
-		opts.DryRun = true
-		n, err := t.admin.Replay(r.Context(), f, opts)
-		if err != nil {
-			s.answerErr(w, r, asRequestError(err))
-			return
-		}
-		writeCount(w, n)
+		s.preview(w, r, t, "replay", f, outbox.PreviewOpts{Actor: p.actor, Name: req.Name})
 		return
 	}
 	view := JobView{Kind: "replay", Table: t.name, Name: req.Name, Rate: req.Rate, Actor: p.actor, Filter: f.Terms()}
@@ -151,6 +140,24 @@ func bodyFilter(w http.ResponseWriter, body filterBody, status string) (outbox.F
 		return outbox.Filter{}, false
 	}
 	return f, true
+}
+
+// preview answers a dry run: the bounded count of the rows the action
+// would move (capped, or partial: among the newest rows of a window), so
+// that it stays fast at any table size. The job's total is exact.
+func (s *Server) preview(w http.ResponseWriter, r *http.Request, t *table, action string, f outbox.Filter, o outbox.PreviewOpts) {
+	o.Window = s.cfg.SearchWindow
+	c, err := t.admin.PreviewMatching(r.Context(), action, f, o)
+	if err != nil {
+		s.answerErr(w, r, asRequestError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Count    int64 `json:"count"`
+		Capped   bool  `json:"capped"`
+		Partial  bool  `json:"partial"`
+		Searched int64 `json:"searched"`
+	}{c.N, c.Capped, c.Partial, c.Searched})
 }
 
 // writeCount answers a dry run or a synchronous action: how many rows.

@@ -202,3 +202,38 @@ func TestBulkBadFilterRefusedBeforeJob(t *testing.T) {
 	require.Equal(t, 3, b.countWhere(t, "status = 'dead'"))
 	require.Equal(t, 3, b.countWhere(t, "status = 'done'"))
 }
+
+// TestPreviewIsBounded: a dry run's count is the bounded one, so a filter no
+// index serves previews among the newest rows of the window, says so, and is
+// audited with that count.
+func TestPreviewIsBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Config{Credentials: console.Credentials{Token: testToken}, Write: true, SearchWindow: 40})
+	b.exec(t, `INSERT INTO {{table}} (aggregate_type, aggregate_id, event_type, payload, status, done_at, last_error)
+	           SELECT 'order', g::text, 'OrderPaid', '{}', 'done', now(), CASE WHEN g IN (5, 130) THEN 'disk full' END
+	           FROM generate_series(1, 150) AS g`)
+	c := b.client(t, bearer(testToken))
+	api := "/api/v1/tables/" + b.table
+	type previewBody struct {
+		Count    int64 `json:"count"`
+		Capped   bool  `json:"capped"`
+		Partial  bool  `json:"partial"`
+		Searched int64 `json:"searched"`
+	}
+	got := decode[previewBody](t, c.do(http.MethodPost, api+"/replay",
+		map[string]any{"name": "fix-2", "filter": map[string]any{"error": "disk"}, "dry_run": true}))
+	require.Equal(t, previewBody{Count: 1, Capped: true, Partial: true, Searched: 40}, got)
+	got = decode[previewBody](t, c.do(http.MethodPost, api+"/replay",
+		map[string]any{"name": "fix-2", "filter": map[string]any{"aggregate_type": "order"}, "dry_run": true}))
+	require.Equal(t, previewBody{Count: 40, Capped: true, Partial: true, Searched: 40}, got, "every row of the window matches")
+	require.Equal(t, 0, b.countWhere(t, "status = 'pending'"), "a dry run changes nothing")
+	audit := decode[struct {
+		Entries []struct {
+			Count  int64 `json:"count"`
+			DryRun bool  `json:"dry_run"`
+		} `json:"entries"`
+	}](t, c.get(api+"/audit"))
+	require.Len(t, audit.Entries, 2)
+	require.Equal(t, int64(1), audit.Entries[1].Count, "audited with the count it answered")
+	require.True(t, audit.Entries[1].DryRun)
+}

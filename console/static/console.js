@@ -149,6 +149,13 @@ function currentFilter() {
   return f;
 }
 
+// howMany is a preview's count as the confirmation says it: "10,000+" when
+// capped, "at least N (among the newest M searched)" when partial.
+function howMany(p) {
+  if (p.partial) return `all matching (at least ${fmt.format(p.count)} among the newest ${fmt.format(p.searched)} searched)`;
+  return fmt.format(p.count) + (p.capped ? '+' : '');
+}
+
 // ---- jobs ----
 const jobBox = document.getElementById('job-status');
 let liveCount = null;
@@ -222,7 +229,7 @@ async function deadAction(b) {
       return;
     }
     const preview = await call('POST', url, { filter: currentFilter(), dry_run: true });
-    if (!await confirmDialog(`${verb} all matching`, `${verb} ${fmt.format(preview.count)} dead message(s) matching this filter?`)) return;
+    if (!await confirmDialog(`${verb} all matching`, `${verb} ${howMany(preview)} dead message(s) matching this filter?`)) return;
     const r = await call('POST', url, { filter: currentFilter() });
     watchJob(r.job, () => setTimeout(() => location.reload(), 800));
   } catch (e) {
@@ -253,7 +260,7 @@ if (replayForm) replayForm.addEventListener('submit', async (e) => {
     const body = { name, rate, filter: currentFilter() };
     const preview = await call('POST', api + '/replay', Object.assign({ dry_run: true }, body));
     const pace = rate > 0 ? ` at ${fmt.format(rate)}/s` : ' as fast as possible';
-    if (!await confirmDialog('Confirm replay', `Replay ${fmt.format(preview.count)} done message(s) as "${name}"${pace}?`)) return;
+    if (!await confirmDialog('Confirm replay', `Replay ${howMany(preview)} done message(s) as "${name}"${pace}?`)) return;
     const r = await call('POST', api + '/replay', body);
     watchJob(r.job);
   } catch (err) {
