@@ -175,8 +175,8 @@ func (a *Admin) boundedCount(ctx context.Context, f Filter, w int64) (Count, err
 }
 
 // CountExactWithin is an exact [Admin.Count] bounded in time: the count
-// runs with a statement timeout of d, and ok is false when the server
-// cancelled it at d (then n is 0).
+// runs with a statement timeout of d (in one backend, without JIT, so that
+// it stops at d), and ok is false when the server cancelled it (then n is 0).
 func (a *Admin) CountExactWithin(ctx context.Context, f Filter, d time.Duration) (n int64, ok bool, err error) {
 	if err := a.CheckFilter(ctx, f); err != nil {
 		return 0, false, err

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 )
@@ -35,4 +36,9 @@ func (c *breakdownCache) refresh(ctx context.Context, t *table, every time.Durat
 	c.at, c.byEvent, c.byAggregate = time.Now().UTC(), ev, ag
 	c.mu.Unlock()
 	return nil
+}
+
+// fill reads the breakdowns if they were never read.
+func (c *breakdownCache) fill(ctx context.Context, t *table) error {
+	return c.refresh(ctx, t, time.Duration(math.MaxInt64))
 }

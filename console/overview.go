@@ -62,8 +62,9 @@ func (s *Server) overview(ctx context.Context, t *table) (Overview, outbox.Gauge
 		Table: t.name, Pending: g.Pending, Processing: g.Processing, Dead: g.Dead, DoneEstimate: g.Done,
 		OldestAgeSeconds: g.OldestPendingAge.Seconds(), ExpiredLeases: g.ExpiredLeases,
 	}
-	// Until the sampler's first pass, the page reads them itself.
-	if err := t.breakdowns.refresh(ctx, t, s.cfg.BreakdownInterval); err != nil {
+	// Until the sampler's first pass, the page reads them itself; after it,
+	// the sampler keeps them fresh and no request pays for them.
+	if err := t.breakdowns.fill(ctx, t); err != nil {
 		return o, g, err
 	}
 	o.BreakdownsAt, o.ByEventType, o.ByAggregateType = t.breakdowns.get()

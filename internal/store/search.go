@@ -102,7 +102,8 @@ func (s *Store) IndexedColumns(ctx context.Context, db DB) ([]string, error) {
 }
 
 // SetStatementTimeout bounds every later statement of tx's transaction to ms
-// milliseconds; past it the server cancels the statement (SQLSTATE 57014).
+// milliseconds, run without parallel workers or JIT; past it the server
+// cancels the statement (SQLSTATE 57014).
 func (s *Store) SetStatementTimeout(ctx context.Context, tx DB, ms int64) error {
 	_, err := tx.Exec(ctx, s.console.statementTimeout, strconv.FormatInt(ms, 10))
 	return translate(err)
