@@ -93,7 +93,9 @@ type Count struct {
 }
 
 // Messages returns one page of messages matching f, and the After of the
-// next page (0 when this is the last).
+// next page (0 when this is the last). It reads as far as the page needs:
+// a term that matches rarely among done rows, and that no index serves,
+// can read the whole table; [Admin.Search] bounds the read.
 func (a *Admin) Messages(ctx context.Context, f Filter, p Page) ([]MessageSummary, int64, error) {
 	if err := a.CheckFilter(ctx, f); err != nil {
 		return nil, 0, err

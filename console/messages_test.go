@@ -179,6 +179,8 @@ func TestSearchWindowAPI(t *testing.T) {
 	require.Contains(t, page, `id="search-further"`)
 	require.Contains(t, page, `in the newest 40`)
 	require.NotContains(t, page, `id="next-page"`)
+	further := pc.get("/t/" + b.table + "/messages?error=disk&after=111").body
+	require.Contains(t, further, "Searched 40 messages past id 111, 0 found.", "ids 71 to 110")
 	dead := pc.get("/t/" + b.table + "/dead?error=disk").body
 	require.Contains(t, dead, `id="search-further"`)
 }
