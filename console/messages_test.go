@@ -129,7 +129,7 @@ func TestCountIsCapped(t *testing.T) {
 // pages offer to search further.
 func TestSearchWindowAPI(t *testing.T) {
 	t.Parallel()
-	b := setup(t, console.Config{Credentials: console.Credentials{Token: testToken}, SearchWindow: 40})
+	b := setup(t, console.Config{Credentials: console.Credentials{Token: testToken}, SearchWindow: 40, Write: true})
 	b.exec(t, `INSERT INTO {{table}} (aggregate_type, aggregate_id, event_type, payload, status, done_at, last_error)
 	           SELECT 'order', g::text, 'OrderPaid', '{}', CASE WHEN g % 2 = 0 THEN 'dead' ELSE 'done' END, now(),
 	                  CASE WHEN g IN (5, 130) THEN 'disk full' ELSE 'boom' END
@@ -183,6 +183,10 @@ func TestSearchWindowAPI(t *testing.T) {
 	require.Contains(t, further, "Searched 40 messages past id 111, 0 found.", "ids 71 to 110")
 	dead := pc.get("/t/" + b.table + "/dead?error=disk").body
 	require.Contains(t, dead, `id="search-further"`)
+	require.Contains(t, dead, `data-n="0"`, "none among the newest 4 dead")
+	require.Contains(t, dead, `id="retry-all" >`, "enabled: matches may lie past the window")
+	none := pc.get("/t/" + b.table + "/dead?error=nowhere&id_max=6").body // 3 dead rows, all read
+	require.Contains(t, none, `id="retry-all" disabled>`)
 }
 
 // TestExactCountTimesOut: an exact count that cannot finish within
