@@ -233,3 +233,37 @@ func explainAnalyzeMode(t *testing.T, b *testBundle, q string, generic bool, arg
 	require.Len(t, doc, 1)
 	return strings.Join(lines, "\n"), doc[0].Plan
 }
+
+// TestSearchPlanIndexedColumn: with the operator's index on (aggregate_id,
+// id), IndexedColumns finds it and an aggregate_id term drives the search
+// through it, alone (the plain listing) or with a term checked in a window.
+func TestSearchPlanIndexedColumn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.exec(t, `INSERT INTO {{table}} (aggregate_type, aggregate_id, event_type, payload, status, attempts, done_at)
+		SELECT 'order', 'order-' || (g % 20000), 'OrderPlaced', '{}', 'done', 1, now() FROM generate_series(1, 100000) AS g`)
+	b.exec(t, `CREATE INDEX outbox_aggregate_all ON {{table}} (aggregate_id, id)`)
+	b.exec(t, `CREATE INDEX outbox_event ON {{table}} (event_type)`) // not (column, id): no help for id order
+	b.exec(t, "ANALYZE {{table}}")
+	indexed, err := b.st.IndexedColumns(t.Context(), b.pool)
+	require.NoError(t, err)
+	require.Equal(t, []string{"aggregate_id"}, indexed)
+	require.False(t, store.Residual(store.Filter{AggregateID: "order-7"}, indexed))
+	require.True(t, store.Residual(store.Filter{EventType: "OrderPlaced"}, indexed))
+
+	newest := store.Page{Limit: 51, Desc: true}
+	list, listArgs, err := b.st.MessagesSQL(store.Filter{AggregateID: "order-7"}, newest)
+	require.NoError(t, err)
+	search, searchArgs, err := b.st.SearchSQL(store.Filter{AggregateID: "order-7", ErrorContains: "x"}, newest, 5000, indexed)
+	require.NoError(t, err)
+	for name, c := range map[string]struct {
+		sql  string
+		args []any
+	}{"Messages": {list, listArgs}, "Search": {search, searchArgs}} {
+		for _, generic := range []bool{false, true} {
+			text, plan := explain(t, b.pool, c.sql, generic, literals(c.args))
+			t.Logf("%s plan (generic %v):\n%s", name, generic, text)
+			requireNoSeqScan(t, b.st, plan, []string{"outbox_aggregate_all"})
+		}
+	}
+}
