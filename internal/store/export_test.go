@@ -25,3 +25,6 @@ func (s *Store) PurgeSQL() string { return s.purge }
 
 // StatusSQL is the statement Status runs ($1: the quoted table name).
 func (s *Store) StatusSQL() string { return s.status }
+
+// ShardReadSQL is the shard-lease read, for its plan test.
+func (s *Store) ShardReadSQL() string { return s.shards.read }

@@ -67,6 +67,11 @@ const (
 	suffixDead      = "_dead"
 	suffixDone      = "_done"
 	suffixAudit     = "_audit"
+	// Shard leases (Store.EnableShards).
+	suffixShards       = "_shards"
+	suffixShardMembers = "_shard_members"
+	suffixShard        = "_shard" // the shard function (schema-qualified) and its trigger
+	suffixShardIndex   = "_shard_ready"
 )
 
 // relationSuffixes are the relations the migrations create beside the
@@ -119,5 +124,10 @@ func (t Table) replacer() *strings.Replacer {
 		"{{dead_index}}", t.bare(suffixDead),
 		"{{done_index}}", t.bare(suffixDone),
 		"{{audit}}", t.ident(suffixAudit),
+		"{{shards}}", t.ident(suffixShards),
+		"{{shard_members}}", t.ident(suffixShardMembers),
+		"{{shard_function}}", t.ident(suffixShard),
+		"{{shard_trigger}}", t.bare(suffixShard),
+		"{{shard_index}}", t.bare(suffixShardIndex),
 	)
 }

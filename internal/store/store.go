@@ -43,6 +43,7 @@ type Store struct {
 	types, heartbeat                                          string
 	gauges, access, dropWake                                  string
 	console                                                   consoleSQL
+	shards                                                    shardSQL
 }
 
 // New prepares the statements for the named table ("name" or "schema.name").
@@ -91,6 +92,7 @@ func newStore(t Table) *Store {
 		access:          load("sql/access.sql"),
 		dropWake:        load("sql/drop_wake_trigger.sql"),
 		console:         loadConsole(load),
+		shards:          loadShards(load),
 	}
 }
 

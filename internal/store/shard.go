@@ -1,0 +1,141 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// MaxShards bounds a table's shard count: each shard is a row every
+// dispatcher's lease statements touch.
+const MaxShards = 4096
+
+// shardSQL are the shard-lease statements (docs/shard-leases.md).
+type shardSQL struct {
+	exists, count, renew, acquire, release, read, finalize string
+}
+
+func loadShards(load func(string) string) shardSQL {
+	return shardSQL{
+		exists:   load("sql/shard_exists.sql"),
+		count:    load("sql/shard_count.sql"),
+		renew:    load("sql/shard_renew.sql"),
+		acquire:  load("sql/shard_acquire.sql"),
+		release:  load("sql/shard_release.sql"),
+		read:     load("sql/shard_read.sql"),
+		finalize: load("sql/shard_finalize.sql"),
+	}
+}
+
+// EnableShards prepares the table for shard leases with n shards: the
+// shard and members tables, the shard column and its insert trigger, and
+// the index of pending rows per shard. Unfinished rows get their shard.
+// Enabling again with the same n is a no-op; another n is refused, since
+// every stored shard number depends on it.
+func (s *Store) EnableShards(ctx context.Context, db pgx.Tx, n int) error {
+	if n < 1 || n > MaxShards {
+		return fmt.Errorf("shard count must be 1 to %d, got %d", MaxShards, n)
+	}
+	if err := LockMigrationTx(ctx, db, s.Table.String(), nil); err != nil {
+		return err
+	}
+	have, err := s.ShardCount(ctx, db)
+	if err != nil {
+		return err
+	}
+	if have != 0 && have != n {
+		return fmt.Errorf("table %s already has %d shards; changing the count is not supported", s.Table, have)
+	}
+	tag := dollarTag(s.Table.String())
+	sql := strings.NewReplacer("{{shard_count}}", strconv.Itoa(n), "{{tag}}", tag).
+		Replace(s.Table.replacer().Replace(rawSQL("sql/shard_enable.sql")))
+	_, err = db.Exec(ctx, sql)
+	return translate(err)
+}
+
+// ShardCount is the table's number of shards, 0 when shard leases are not
+// enabled.
+func (s *Store) ShardCount(ctx context.Context, db DB) (int, error) {
+	var exists bool
+	if err := db.QueryRow(ctx, s.shards.exists, s.Table.ident(suffixShards)).Scan(&exists); err != nil || !exists {
+		return 0, translate(err)
+	}
+	var n int
+	err := db.QueryRow(ctx, s.shards.count).Scan(&n)
+	return n, translate(err)
+}
+
+// ShardLease is one shard held: its number and fencing token.
+type ShardLease struct {
+	Shard int
+	Token int64
+}
+
+// RenewShards marks owner alive, extends the leases it still holds and
+// returns them with the number of dispatchers alive, owner included.
+func (s *Store) RenewShards(ctx context.Context, db DB, owner string, lease time.Duration) ([]ShardLease, int, error) {
+	rows, err := db.Query(ctx, s.shards.renew, ownerText(owner), lease.Microseconds())
+	if err != nil {
+		return nil, 0, translate(err)
+	}
+	defer rows.Close()
+	var held []ShardLease
+	alive := 1
+	for rows.Next() {
+		var l ShardLease
+		if err := rows.Scan(&l.Shard, &l.Token, &alive); err != nil {
+			return nil, 0, translate(err)
+		}
+		if l.Shard >= 0 {
+			held = append(held, l)
+		}
+	}
+	return held, alive, translate(rows.Err())
+}
+
+// AcquiredShard is a shard just taken, with the strikes against its head
+// (StrikeID): how many times in a row its owner died with that row the
+// oldest pending one.
+type AcquiredShard struct {
+	ShardLease
+	StrikeID *int64
+	Strikes  int
+}
+
+// AcquireShards takes up to n shards that are free or whose lease ran out.
+func (s *Store) AcquireShards(ctx context.Context, db DB, owner string, lease time.Duration, n int) ([]AcquiredShard, error) {
+	rows, err := db.Query(ctx, s.shards.acquire, ownerText(owner), lease.Microseconds(), n)
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AcquiredShard, error) {
+		var a AcquiredShard
+		err := r.Scan(&a.Shard, &a.Token, &a.StrikeID, &a.Strikes)
+		return a, err
+	})
+	return out, translate(err)
+}
+
+// ReleaseShards gives up the leases; it returns the shards released (a
+// lease already taken over is not).
+func (s *Store) ReleaseShards(ctx context.Context, db DB, owner string, leases []ShardLease) ([]int, error) {
+	shards, tokens := splitLeases(leases)
+	rows, err := db.Query(ctx, s.shards.release, ownerText(owner), shards, tokens)
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	return out, translate(err)
+}
+
+func splitLeases(leases []ShardLease) ([]int32, []int64) {
+	shards, tokens := make([]int32, len(leases)), make([]int64, len(leases))
+	for i, l := range leases {
+		shards[i], tokens[i] = int32(l.Shard), l.Token
+	}
+	return shards, tokens
+}

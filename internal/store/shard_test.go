@@ -1,0 +1,265 @@
+package store_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outbox/internal/store"
+)
+
+// enableShards gives the bundle's table n shards.
+func (b *testBundle) enableShards(t *testing.T, n int) error {
+	t.Helper()
+	return pgx.BeginFunc(t.Context(), b.pool, func(tx pgx.Tx) error { return b.st.EnableShards(t.Context(), tx, n) })
+}
+
+// expireShards ends every shard lease now, as if its owner had died.
+func (b *testBundle) expireShards(t *testing.T) {
+	t.Helper()
+	_, err := b.pool.Exec(t.Context(), "UPDATE "+b.st.Table.String()+"_shards SET lease_until = now() - interval '1 second' WHERE owner IS NOT NULL")
+	require.NoError(t, err)
+}
+
+func (b *testBundle) acquire(t *testing.T, owner string, n int) []store.AcquiredShard {
+	t.Helper()
+	got, err := b.st.AcquireShards(t.Context(), b.pool, owner, time.Minute, n)
+	require.NoError(t, err)
+	return got
+}
+
+func leasesOf(a []store.AcquiredShard) []store.ShardLease {
+	out := make([]store.ShardLease, len(a))
+	for i := range a {
+		out[i] = a[i].ShardLease
+	}
+	return out
+}
+
+func shardsOf(a []store.AcquiredShard) []int {
+	out := make([]int, len(a))
+	for i := range a {
+		out[i] = a[i].Shard
+	}
+	return out
+}
+
+func doneWrites(rows []store.ShardRow) []store.ShardWrite {
+	out := make([]store.ShardWrite, len(rows))
+	for i, r := range rows {
+		out[i] = store.ShardWrite{ID: r.ID, Shard: r.Shard, Status: store.StatusDone}
+	}
+	return out
+}
+
+func TestEnableShards(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	before := b.enqueue(t, msg{"a", "E"}, msg{"b", "E"}, msg{"a", "E"})
+	require.NoError(t, b.enableShards(t, 8))
+	after := b.enqueue(t, msg{"a", "E"}, msg{"c", "E"})
+
+	shardOf := func(id int64) int {
+		var s int
+		require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT shard FROM "+b.st.QuotedTable()+" WHERE id = $1", id).Scan(&s))
+		require.True(t, s >= 0 && s < 8, "shard %d", s)
+		return s
+	}
+	require.Equal(t, shardOf(before[0]), shardOf(before[2]), "one aggregate, one shard")
+	require.Equal(t, shardOf(before[0]), shardOf(after[0]), "rows before and after enabling agree")
+	shardOf(before[1])
+	shardOf(after[1])
+
+	require.NoError(t, b.enableShards(t, 8), "enabling again is a no-op")
+	n, err := b.st.ShardCount(t.Context(), b.pool)
+	require.NoError(t, err)
+	require.Equal(t, 8, n)
+	require.ErrorContains(t, b.enableShards(t, 4), "already has 8 shards")
+	require.ErrorContains(t, b.enableShards(t, 0), "shard count must be 1 to 4096")
+}
+
+func TestShardLeasesShareAndRelease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.NoError(t, b.enableShards(t, 8))
+
+	a := b.acquire(t, "A", 8)
+	require.Len(t, a, 8)
+	require.Empty(t, b.acquire(t, "B", 8), "every shard is held")
+	_, alive, err := b.st.RenewShards(t.Context(), b.pool, "B", time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, 1, alive, "B is alive, A has not renewed yet")
+	held, alive, err := b.st.RenewShards(t.Context(), b.pool, "A", time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, 2, alive)
+	require.Len(t, held, 8)
+
+	released, err := b.st.ReleaseShards(t.Context(), b.pool, "A", leasesOf(a[4:]))
+	require.NoError(t, err)
+	require.ElementsMatch(t, shardsOf(a[4:]), released)
+	got := b.acquire(t, "B", 4)
+	require.ElementsMatch(t, shardsOf(a[4:]), shardsOf(got))
+	for _, g := range got {
+		require.Zero(t, g.Strikes, "a released shard carries no strike")
+	}
+	held, _, err = b.st.RenewShards(t.Context(), b.pool, "A", time.Minute)
+	require.NoError(t, err)
+	require.Len(t, held, 4)
+}
+
+func TestShardReadAndFinalize(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.NoError(t, b.enableShards(t, 4))
+	ids := b.enqueueN(t, 12)
+	a := b.acquire(t, "A", 4)
+	shards := shardsOf(a)
+
+	rows, err := b.st.ReadShards(t.Context(), b.pool, shards, []int64{ids[0]}, 100)
+	require.NoError(t, err)
+	require.Len(t, rows, 11, "every pending row but the one in flight")
+	last := map[int]int64{}
+	for _, r := range rows {
+		require.Greater(t, r.ID, last[r.Shard], "oldest first within a shard")
+		last[r.Shard] = r.ID
+	}
+
+	writes := doneWrites(rows)
+	writes[0].Status, writes[0].Delay, writes[0].Attempts, writes[0].Error = store.StatusPending, time.Hour.Microseconds(), 1, "503"
+	writes[1].Status, writes[1].Attempts, writes[1].Error = store.StatusDead, 1, "422"
+	made, err := b.st.FinalizeShards(t.Context(), b.pool, "A", leasesOf(a), writes)
+	require.NoError(t, err)
+	for i, m := range made {
+		require.True(t, m, "write %d", i)
+	}
+	retried := b.row(t, writes[0].ID)
+	require.Equal(t, store.StatusPending, retried.Status)
+	require.Equal(t, 1, retried.Attempts)
+	require.Equal(t, "503", *retried.LastError)
+	require.Equal(t, store.StatusDead, b.row(t, writes[1].ID).Status)
+	require.Equal(t, store.StatusDone, b.row(t, writes[2].ID).Status)
+
+	rows, err = b.st.ReadShards(t.Context(), b.pool, shards, nil, 100)
+	require.NoError(t, err)
+	require.Len(t, rows, 1, "only the row that was in flight: done, dead and backed-off rows are not read")
+	require.Equal(t, ids[0], rows[0].ID)
+}
+
+// A dispatcher whose shard was taken over cannot write any of its rows.
+func TestShardFenceAfterTakeover(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.NoError(t, b.enableShards(t, 1))
+	b.enqueueN(t, 3)
+	a := b.acquire(t, "A", 1)
+	rows, err := b.st.ReadShards(t.Context(), b.pool, shardsOf(a), nil, 10)
+	require.NoError(t, err)
+	require.Len(t, rows, 3)
+
+	b.expireShards(t) // A stalls past its lease
+	took := b.acquire(t, "B", 1)
+	require.Len(t, took, 1)
+	require.Equal(t, a[0].Token+1, took[0].Token)
+
+	made, err := b.st.FinalizeShards(t.Context(), b.pool, "A", leasesOf(a), doneWrites(rows))
+	require.NoError(t, err)
+	require.Equal(t, []bool{false, false, false}, made, "the old token writes nothing")
+	for _, r := range rows {
+		require.Equal(t, store.StatusPending, b.row(t, r.ID).Status)
+	}
+	made, err = b.st.FinalizeShards(t.Context(), b.pool, "B", leasesOf(took), doneWrites(rows))
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, true, true}, made)
+}
+
+// A finalize in flight holds its shard: a takeover attempted meanwhile
+// does not get it, and the one after the commit reads none of the rows the
+// finalize wrote.
+func TestShardFenceFinalizeBeforeTakeover(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.NoError(t, b.enableShards(t, 1))
+	b.enqueueN(t, 3)
+	a := b.acquire(t, "A", 1)
+	rows, err := b.st.ReadShards(t.Context(), b.pool, shardsOf(a), nil, 10)
+	require.NoError(t, err)
+	b.expireShards(t) // A's lease ran out, but nobody took the shard yet
+
+	tx, err := b.pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer tx.Rollback(context.WithoutCancel(t.Context())) //nolint:errcheck // after Commit, a no-op
+	made, err := b.st.FinalizeShards(t.Context(), tx, "A", leasesOf(a), doneWrites(rows))
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, true, true}, made, "the token still holds")
+
+	require.Empty(t, b.acquire(t, "B", 1), "the shard is locked by the finalize in flight")
+	require.NoError(t, tx.Commit(t.Context()))
+
+	took := b.acquire(t, "B", 1)
+	require.Len(t, took, 1)
+	again, err := b.st.ReadShards(t.Context(), b.pool, shardsOf(took), nil, 10)
+	require.NoError(t, err)
+	require.Empty(t, again, "the new owner does not deliver what the old one finalized")
+}
+
+// Takeovers of a shard whose owner died count strikes against its head.
+func TestShardStrikes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.NoError(t, b.enableShards(t, 1))
+	ids := b.enqueueN(t, 2)
+
+	a := b.acquire(t, "A", 1)
+	require.Zero(t, a[0].Strikes, "a shard never held has no strike")
+	for want := 1; want <= 3; want++ {
+		b.expireShards(t)
+		a = b.acquire(t, "B", 1)
+		require.Equal(t, want, a[0].Strikes)
+		require.Equal(t, ids[0], *a[0].StrikeID)
+	}
+
+	made, err := b.st.FinalizeShards(t.Context(), b.pool, "B", leasesOf(a), []store.ShardWrite{{ID: ids[0], Status: store.StatusDone}})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true}, made)
+	b.expireShards(t)
+	a = b.acquire(t, "A", 1)
+	require.Equal(t, 1, a[0].Strikes, "a new head starts again")
+	require.Equal(t, ids[1], *a[0].StrikeID)
+
+	_, err = b.st.ReleaseShards(t.Context(), b.pool, "A", leasesOf(a))
+	require.NoError(t, err)
+	a = b.acquire(t, "B", 1)
+	require.Equal(t, 1, a[0].Strikes, "a release strikes nothing")
+}
+
+// The read walks the shard index, whatever the statistics: a primary-key
+// walk would read every done row before the pending ones.
+func TestShardReadPlan(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.NoError(t, b.enableShards(t, 16))
+	for _, status := range []string{"pending", "done"} {
+		// Statistics taken while every row was pending, and again once
+		// nearly all are done: neither may tempt the planner off the index.
+		b.exec(t, `INSERT INTO {{table}} (aggregate_type, aggregate_id, event_type, payload, status)
+			SELECT 'order', g::text, 'E', '{}', $1 FROM generate_series(1, 5000) AS g`, status)
+		b.exec(t, "ANALYZE {{table}}")
+		tx, err := b.pool.Begin(t.Context())
+		require.NoError(t, err)
+		_, err = tx.Exec(t.Context(), "SET LOCAL plan_cache_mode = force_generic_plan")
+		require.NoError(t, err)
+		rows, err := tx.Query(t.Context(), "EXPLAIN "+b.st.ShardReadSQL(), []int32{0, 1, 2, 3}, []int64{}, 7)
+		require.NoError(t, err)
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.NoError(t, tx.Rollback(t.Context()))
+		plan := strings.Join(lines, "\n")
+		require.Contains(t, plan, "outbox_shard_ready", plan)
+		require.NotContains(t, plan, "outbox_pkey", plan)
+		require.NotContains(t, plan, "Seq Scan", plan)
+	}
+}

@@ -1,0 +1,35 @@
+-- Shard leases for the table: the shard table (one row per shard, holding
+-- its lease and fencing token), the members table (dispatchers alive, for
+-- each to take its fair share), the shard column, set at insert by a
+-- trigger from aggregate_id, and the index a shard's pending rows are read
+-- through. {{shard_count}} is a literal: the hash below must not change
+-- while rows carry it. Run in one transaction under the migration lock.
+CREATE TABLE IF NOT EXISTS {{shards}} (
+    shard       integer PRIMARY KEY,
+    owner       text,
+    token       bigint NOT NULL DEFAULT 0,
+    lease_until timestamptz,
+    -- Takeovers of a lease that ran out (its owner died) with the same
+    -- head row pending: a message that crashes every dispatcher that
+    -- delivers it. See docs/shard-leases.md.
+    strike_id   bigint,
+    strikes     integer NOT NULL DEFAULT 0
+);
+INSERT INTO {{shards}} (shard) SELECT generate_series(0, {{shard_count}} - 1) ON CONFLICT DO NOTHING;
+CREATE TABLE IF NOT EXISTS {{shard_members}} (
+    owner text PRIMARY KEY,
+    seen  timestamptz NOT NULL
+);
+ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS shard integer;
+CREATE OR REPLACE FUNCTION {{shard_function}}() RETURNS trigger LANGUAGE plpgsql AS {{tag}}
+BEGIN
+    NEW.shard := (hashtextextended(NEW.aggregate_id, 0) & 2147483647) % {{shard_count}};
+    RETURN NEW;
+END
+{{tag}};
+DROP TRIGGER IF EXISTS {{shard_trigger}} ON {{table}};
+CREATE TRIGGER {{shard_trigger}} BEFORE INSERT ON {{table}}
+    FOR EACH ROW EXECUTE FUNCTION {{shard_function}}();
+UPDATE {{table}} SET shard = (hashtextextended(aggregate_id, 0) & 2147483647) % {{shard_count}}
+WHERE status IN ('pending', 'processing') AND shard IS NULL;
+CREATE INDEX IF NOT EXISTS {{shard_index}} ON {{table}} (shard, id) WHERE status = 'pending';

@@ -1,0 +1,34 @@
+-- Finalize a batch under shard leases, in one statement. The shard rows
+-- are held FOR SHARE with their tokens checked: a takeover (an UPDATE of
+-- the shard row) waits for this statement's transaction, and one that
+-- committed first changed the token, so a re-check excludes the shard and
+-- none of its rows is written. Without the lock, a plain join reads the
+-- shard row as of the statement's start and accepts writes of a shard
+-- taken over meanwhile. Only rows still pending are written.
+-- $1 owner, $2 shards, $3 tokens, $4 ids, $5 new statuses,
+-- $6 delays in microseconds (pending only), $7 attempts to add,
+-- $8 errors ('' keeps the previous one).
+WITH held AS (
+    SELECT s.shard FROM {{shards}} AS s
+    JOIN unnest($2::integer[], $3::bigint[]) AS f(shard, token)
+      ON s.shard = f.shard AND s.token = f.token
+    WHERE s.owner = $1
+    FOR SHARE OF s
+)
+UPDATE {{table}} AS o
+SET status = r.status,
+    available_at = CASE WHEN r.status = 'pending'
+                        THEN now() + r.delay_us * interval '1 microsecond'
+                        ELSE o.available_at END,
+    attempts = o.attempts + r.attempts,
+    last_error = CASE WHEN r.status = 'done' THEN NULL
+                      WHEN r.last_error = '' THEN o.last_error
+                      ELSE r.last_error END,
+    done_at = CASE WHEN r.status = 'done' THEN now() END
+FROM unnest($4::bigint[], $5::text[], $6::bigint[], $7::integer[], $8::text[])
+     AS r(id, status, delay_us, attempts, last_error)
+WHERE o.id = ANY ($4::bigint[])
+  AND o.id = r.id
+  AND o.status = 'pending'
+  AND o.shard IN (SELECT shard FROM held)
+RETURNING o.id
