@@ -20,21 +20,15 @@ import (
 
 func runMigrate(ctx context.Context, e *env, args []string) error {
 	var (
-		db          dbFlags
 		lf          logFlags
 		dryRun      bool
 		lockTimeout time.Duration
 	)
-	fs := newFlagSet(e, "migrate", "migrate [--dsn DSN] [--table NAME] [--dry-run] [--lock-timeout 2s]")
-	db.register(fs)
-	lf.register(fs)
-	fs.BoolVar(&dryRun, "dry-run", false, "print the SQL migrate would run (nothing for a current table) and change nothing")
-	durVar(fs, &lockTimeout, "lock-timeout", outbox.MigrateLockTimeoutDefault,
+	c := newDBCommand(e, "migrate", "migrate [--dsn DSN] [--table NAME] [--dry-run] [--lock-timeout 2s]", &lf)
+	c.BoolVar(&dryRun, "dry-run", false, "print the SQL migrate would run (nothing for a current table) and change nothing")
+	durVar(c.FlagSet, &lockTimeout, "lock-timeout", outbox.MigrateLockTimeoutDefault,
 		"longest wait of a DDL statement for its table lock before it is rolled back and retried")
-	if err := parseLayered(e, fs, &db, args); err != nil {
-		return err
-	}
-	if err := noArgs(fs); err != nil {
+	if err := c.parse(e, args); err != nil {
 		return err
 	}
 	if lockTimeout <= 0 {
@@ -44,65 +38,42 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	a, pool, err := db.admin(ctx, e)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	res, err := a.MigrateWith(ctx, &outbox.MigrateOptions{DryRun: dryRun, LockTimeout: lockTimeout, Logger: logger})
-	if err != nil {
-		return err
-	}
-	if dryRun {
-		fmt.Fprint(e.stdout, res.SQL)
+	return c.withAdmin(ctx, e, func(a *outbox.Admin) error {
+		res, err := a.MigrateWith(ctx, &outbox.MigrateOptions{DryRun: dryRun, LockTimeout: lockTimeout, Logger: logger})
+		switch {
+		case err != nil:
+			return err
+		case dryRun:
+			fmt.Fprint(e.stdout, res.SQL)
+		default:
+			fmt.Fprintf(e.stdout, "migrated table %s\n", c.db.table)
+		}
 		return nil
-	}
-	fmt.Fprintf(e.stdout, "migrated table %s\n", db.table)
-	return nil
+	})
 }
 
 func runEnqueue(ctx context.Context, e *env, args []string) error {
-	var (
-		db                                   dbFlags
-		aggregateType, aggregateID, eventTyp string
-		payload                              string
-	)
-	fs := newFlagSet(e, "enqueue", "enqueue --aggregate-type T --aggregate-id ID --event-type E --payload JSON|-|@FILE")
-	db.register(fs)
-	fs.StringVar(&aggregateType, "aggregate-type", "", "aggregate type (required)")
-	fs.StringVar(&aggregateID, "aggregate-id", "", "aggregate id (required)")
-	fs.StringVar(&eventTyp, "event-type", "", "event type (required)")
-	fs.StringVar(&payload, "payload", "", "JSON payload, - for stdin, @FILE for a file (required)")
-	if err := parseLayered(e, fs, &db, args); err != nil {
+	var m outbox.NewMessage
+	var payload string
+	c := newDBCommand(e, "enqueue", "enqueue --aggregate-type T --aggregate-id ID --event-type E --payload JSON|-|@FILE")
+	c.StringVar(&m.AggregateType, "aggregate-type", "", "aggregate type (required)")
+	c.StringVar(&m.AggregateID, "aggregate-id", "", "aggregate id (required)")
+	c.StringVar(&m.EventType, "event-type", "", "event type (required)")
+	c.StringVar(&payload, "payload", "", "JSON payload, - for stdin, @FILE for a file (required)")
+	if err := c.parse(e, args); err != nil {
 		return err
 	}
-	if err := noArgs(fs); err != nil {
-		return err
-	}
-	for name, v := range map[string]string{"--aggregate-type": aggregateType, "--aggregate-id": aggregateID, "--event-type": eventTyp, "--payload": payload} {
+	for name, v := range map[string]string{"--aggregate-type": m.AggregateType, "--aggregate-id": m.AggregateID, "--event-type": m.EventType, "--payload": payload} {
 		if v == "" {
 			return usagef("enqueue: %s is required", name)
 		}
 	}
-	body := []byte(payload)
-	switch {
-	case payload == "-":
-		b, err := io.ReadAll(io.LimitReader(e.stdin, 64<<20))
-		if err != nil {
-			return fmt.Errorf("reading payload from stdin: %w", err)
-		}
-		body = b
-	case strings.HasPrefix(payload, "@"):
-		b, err := readFile(payload[1:])
-		if err != nil {
-			return usagef("--payload: %v", err)
-		}
-		body = b
+	body, err := readPayload(e, payload)
+	if err != nil {
+		return err
 	}
-	if !json.Valid(body) {
-		return usagef("--payload is not valid JSON")
-	}
-	_, pool, err := db.admin(ctx, e)
+	m.Payload = body
+	_, pool, err := c.db.admin(ctx, e)
 	if err != nil {
 		return err
 	}
@@ -112,9 +83,7 @@ func runEnqueue(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	ids, err := outbox.Producer{Table: db.table}.Enqueue(ctx, tx, outbox.NewMessage{
-		AggregateType: aggregateType, AggregateID: aggregateID, EventType: eventTyp, Payload: json.RawMessage(body),
-	})
+	ids, err := outbox.Producer{Table: c.db.table}.Enqueue(ctx, tx, m)
 	if err != nil {
 		return err
 	}
@@ -125,19 +94,37 @@ func runEnqueue(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
+// readPayload reads --payload: the JSON itself, - for stdin or @FILE.
+func readPayload(e *env, payload string) (json.RawMessage, error) {
+	body := []byte(payload)
+	switch {
+	case payload == "-":
+		b, err := io.ReadAll(io.LimitReader(e.stdin, 64<<20))
+		if err != nil {
+			return nil, fmt.Errorf("reading payload from stdin: %w", err)
+		}
+		body = b
+	case strings.HasPrefix(payload, "@"):
+		b, err := readFile(payload[1:])
+		if err != nil {
+			return nil, usagef("--payload: %v", err)
+		}
+		body = b
+	}
+	if !json.Valid(body) {
+		return nil, usagef("--payload is not valid JSON")
+	}
+	return body, nil
+}
+
 func runStatus(ctx context.Context, e *env, args []string) error {
-	var db dbFlags
 	var asJSON, watch bool
 	var interval time.Duration
-	fs := newFlagSet(e, "status", "status [--json] [--watch [--interval DUR]]")
-	db.register(fs)
-	fs.BoolVar(&asJSON, "json", false, "print JSON (stable shape)")
-	fs.BoolVar(&watch, "watch", false, "refresh a compact view until interrupted")
-	durVar(fs, &interval, "interval", 2*time.Second, "refresh interval with --watch")
-	if err := parseLayered(e, fs, &db, args); err != nil {
-		return err
-	}
-	if err := noArgs(fs); err != nil {
+	c := newDBCommand(e, "status", "status [--json] [--watch [--interval DUR]]")
+	c.BoolVar(&asJSON, "json", false, "print JSON (stable shape)")
+	c.BoolVar(&watch, "watch", false, "refresh a compact view until interrupted")
+	durVar(c.FlagSet, &interval, "interval", 2*time.Second, "refresh interval with --watch")
+	if err := c.parse(e, args); err != nil {
 		return err
 	}
 	if watch && asJSON {
@@ -146,23 +133,25 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	if interval <= 0 {
 		return usagef("--interval must be positive")
 	}
-	a, pool, err := db.admin(ctx, e)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if watch {
-		return watchStatus(ctx, e, a, db.table, interval)
-	}
-	st, err := a.Status(ctx)
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		return writeJSON(e.stdout, st)
-	}
-	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "table\t%s\n", db.table)
+	return c.withAdmin(ctx, e, func(a *outbox.Admin) error {
+		if watch {
+			return watchStatus(ctx, e, a, c.db.table, interval)
+		}
+		st, err := a.Status(ctx)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return writeJSON(e.stdout, st)
+		}
+		return printStatus(e.stdout, c.db.table, st)
+	})
+}
+
+// printStatus writes the status table.
+func printStatus(out io.Writer, table string, st *outbox.Status) error {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "table\t%s\n", table)
 	for _, s := range []string{"pending", "processing", "done", "dead"} {
 		fmt.Fprintf(w, "%s\t%d\n", s, st.Counts[s])
 	}
@@ -263,68 +252,56 @@ func runDead(ctx context.Context, e *env, args []string) error {
 
 func runDeadList(ctx context.Context, e *env, args []string) error {
 	var (
-		db     dbFlags
 		asJSON bool
 		limit  int
 		after  int64
 	)
-	fs := newFlagSet(e, "dead list", "dead list [--json] [--limit N] [--after ID]")
-	db.register(fs)
-	fs.BoolVar(&asJSON, "json", false, "print a JSON array (stable shape)")
-	fs.IntVar(&limit, "limit", 100, "at most this many messages")
-	fs.Int64Var(&after, "after", 0, "only ids greater than this (for paging)")
-	if err := parseLayered(e, fs, &db, args); err != nil {
-		return err
-	}
-	if err := noArgs(fs); err != nil {
+	c := newDBCommand(e, "dead list", "dead list [--json] [--limit N] [--after ID]")
+	c.BoolVar(&asJSON, "json", false, "print a JSON array (stable shape)")
+	c.IntVar(&limit, "limit", 100, "at most this many messages")
+	c.Int64Var(&after, "after", 0, "only ids greater than this (for paging)")
+	if err := c.parse(e, args); err != nil {
 		return err
 	}
 	if limit < 1 {
 		return usagef("--limit must be positive")
 	}
-	a, pool, err := db.admin(ctx, e)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	dead, err := a.DeadList(ctx, after, limit)
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		if dead == nil {
-			dead = []outbox.DeadMessage{}
+	return c.withAdmin(ctx, e, func(a *outbox.Admin) error {
+		dead, err := a.DeadList(ctx, after, limit)
+		switch {
+		case err != nil:
+			return err
+		case asJSON && dead == nil:
+			return writeJSON(e.stdout, []outbox.DeadMessage{})
+		case asJSON:
+			return writeJSON(e.stdout, dead)
+		case len(dead) == 0:
+			fmt.Fprintln(e.stdout, "no dead messages")
+			return nil
 		}
-		return writeJSON(e.stdout, dead)
-	}
-	if len(dead) == 0 {
-		fmt.Fprintln(e.stdout, "no dead messages")
-		return nil
-	}
-	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tAGGREGATE\tEVENT\tATTEMPTS\tCREATED\tLAST ERROR")
-	for _, d := range dead {
-		fmt.Fprintf(w, "%d\t%s/%s\t%s\t%d\t%s\t%s\n", d.ID, d.AggregateType, d.AggregateID, d.EventType,
-			d.Attempts, d.CreatedAt.UTC().Format(time.RFC3339), oneLine(d.LastError, 80))
-	}
-	return w.Flush()
+		w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(w, "ID\tAGGREGATE\tEVENT\tATTEMPTS\tCREATED\tLAST ERROR")
+		for _, d := range dead {
+			fmt.Fprintf(w, "%d\t%s/%s\t%s\t%d\t%s\t%s\n", d.ID, d.AggregateType, d.AggregateID, d.EventType,
+				d.Attempts, d.CreatedAt.UTC().Format(time.RFC3339), oneLine(d.LastError, 80))
+		}
+		return w.Flush()
+	})
 }
 
 func runDeadShow(ctx context.Context, e *env, args []string) error {
-	var db dbFlags
 	var asJSON bool
-	fs := newFlagSet(e, "dead show", "dead show ID [--json]")
-	db.register(fs)
-	fs.BoolVar(&asJSON, "json", false, "print JSON (the dead list --json element)")
+	c := newDBCommand(e, "dead show", "dead show ID [--json]")
+	c.BoolVar(&asJSON, "json", false, "print JSON (the dead list --json element)")
 	// The id may come before or after the flags.
 	var pos []string
 	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		pos, args = append(pos, args[0]), args[1:]
 	}
-	if err := parseLayered(e, fs, &db, args); err != nil {
+	if err := c.parseWithArgs(e, args); err != nil {
 		return err
 	}
-	pos = append(pos, fs.Args()...)
+	pos = append(pos, c.Args()...)
 	if len(pos) != 1 {
 		return usagef("dead show: want exactly one message id")
 	}
@@ -332,28 +309,29 @@ func runDeadShow(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	a, pool, err := db.admin(ctx, e)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	found, err := a.DeadList(ctx, ids[0]-1, 1)
-	if err != nil {
-		return err
-	}
-	if len(found) == 0 || found[0].ID != ids[0] {
-		return fmt.Errorf("message %d is not dead (or does not exist)", ids[0])
-	}
-	d := found[0]
-	if asJSON {
-		return writeJSON(e.stdout, d)
-	}
+	return c.withAdmin(ctx, e, func(a *outbox.Admin) error {
+		found, err := a.DeadList(ctx, ids[0]-1, 1)
+		switch {
+		case err != nil:
+			return err
+		case len(found) == 0 || found[0].ID != ids[0]:
+			return fmt.Errorf("message %d is not dead (or does not exist)", ids[0])
+		case asJSON:
+			return writeJSON(e.stdout, found[0])
+		}
+		return printDead(e.stdout, found[0])
+	})
+}
+
+// printDead writes one dead message, its payload indented, and how to
+// retry or skip it.
+func printDead(out io.Writer, d outbox.DeadMessage) error {
 	var payload bytes.Buffer
 	if json.Indent(&payload, d.Payload, "  ", "  ") != nil {
 		payload.Reset()
 		payload.Write(d.Payload)
 	}
-	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(w, "id\t%d\n", d.ID)
 	fmt.Fprintf(w, "aggregate\t%s / %s\n", d.AggregateType, d.AggregateID)
 	fmt.Fprintf(w, "event type\t%s\n", d.EventType)
@@ -364,14 +342,13 @@ func runDeadShow(ctx context.Context, e *env, args []string) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "payload\n  %s\n", payload.String())
-	fmt.Fprintf(e.stdout, "\nretry with `outboxd dead retry %d`, or skip it with `outboxd dead skip %d`\n", d.ID, d.ID)
+	fmt.Fprintf(out, "payload\n  %s\n", payload.String())
+	fmt.Fprintf(out, "\nretry with `outboxd dead retry %d`, or skip it with `outboxd dead skip %d`\n", d.ID, d.ID)
 	return nil
 }
 
 func runDeadMove(ctx context.Context, e *env, verb string, args []string) error {
 	var (
-		db      dbFlags
 		all     bool
 		dryRun  bool
 		filters filterFlags
@@ -380,17 +357,15 @@ func runDeadMove(ctx context.Context, e *env, verb string, args []string) error 
 	if verb == "retry" {
 		synopsis = "dead retry --all|ID...|--filter TERM... [--dry-run]"
 	}
-	fs := newFlagSet(e, "dead "+verb, synopsis)
-	db.register(fs)
-	filters.register(fs)
-	fs.BoolVar(&dryRun, "dry-run", false, "count the dead messages that would move; change nothing")
+	c := newDBCommand(e, "dead "+verb, synopsis, &filters)
+	c.BoolVar(&dryRun, "dry-run", false, "count the dead messages that would move; change nothing")
 	if verb == "retry" {
-		fs.BoolVar(&all, "all", false, "retry every dead message")
+		c.BoolVar(&all, "all", false, "retry every dead message")
 	}
-	if err := parseLayered(e, fs, &db, args); err != nil {
+	if err := c.parseWithArgs(e, args); err != nil {
 		return err
 	}
-	ids, err := parseIDs(fs.Args())
+	ids, err := parseIDs(c.Args())
 	if err != nil {
 		return err
 	}
@@ -405,15 +380,16 @@ func runDeadMove(ctx context.Context, e *env, verb string, args []string) error 
 			return err
 		}
 		f.IDs = ids
-		return runDeadMatching(ctx, e, db, verb, f, dryRun)
+		return runDeadMatching(ctx, e, c, verb, f, dryRun)
 	}
-	a, pool, err := db.admin(ctx, e)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	quietAdmin(a)
+	return c.withAdmin(ctx, e, func(a *outbox.Admin) error { return moveDead(ctx, e, quietAdmin(a), verb, all, ids) })
+}
+
+// moveDead retries or skips the dead messages ids (every one with all) and
+// prints what moved.
+func moveDead(ctx context.Context, e *env, a *outbox.Admin, verb string, all bool, ids []int64) error {
 	var moved []int64
+	var err error
 	switch {
 	case all:
 		moved, err = a.DeadRetryAll(ctx)
@@ -434,43 +410,32 @@ func runDeadMove(ctx context.Context, e *env, verb string, args []string) error 
 }
 
 func runPurge(ctx context.Context, e *env, args []string) error {
-	var (
-		db        dbFlags
-		olderThan time.Duration
-		batch     int
-	)
-	fs := newFlagSet(e, "purge", "purge --older-than DURATION [--batch N]")
-	db.register(fs)
-	olderFlag := durVar(fs, &olderThan, "older-than", 0, "delete done messages finished longer ago than this (e.g. 7d, 36h) (required)")
-	fs.IntVar(&batch, "batch", 1000, "rows per DELETE")
-	if err := parseLayered(e, fs, &db, args); err != nil {
+	var olderThan time.Duration
+	var batch int
+	c := newDBCommand(e, "purge", "purge --older-than DURATION [--batch N]")
+	olderFlag := durVar(c.FlagSet, &olderThan, "older-than", 0, "delete done messages finished longer ago than this (e.g. 7d, 36h) (required)")
+	c.IntVar(&batch, "batch", 1000, "rows per DELETE")
+	if err := c.parse(e, args); err != nil {
 		return err
 	}
-	if err := noArgs(fs); err != nil {
-		return err
-	}
-	if !olderFlag.set {
+	switch {
+	case !olderFlag.set:
 		return usagef("purge: --older-than is required")
-	}
-	if olderThan < 0 {
+	case olderThan < 0:
 		return usagef("--older-than must not be negative")
-	}
-	if batch < 1 {
+	case batch < 1:
 		return usagef("--batch must be positive")
 	}
-	a, pool, err := db.admin(ctx, e)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	n, err := a.Purge(ctx, olderThan, &outbox.PurgeOpts{BatchSize: batch, Progress: func(total int64) {
-		fmt.Fprintf(e.stderr, "purged %d...\n", total)
-	}})
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(e.stdout, "purged %d done message(s) older than %s\n", n, olderThan)
-	return nil
+	return c.withAdmin(ctx, e, func(a *outbox.Admin) error {
+		n, err := a.Purge(ctx, olderThan, &outbox.PurgeOpts{BatchSize: batch, Progress: func(total int64) {
+			fmt.Fprintf(e.stderr, "purged %d...\n", total)
+		}})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "purged %d done message(s) older than %s\n", n, olderThan)
+		return nil
+	})
 }
 
 func noArgs(fs interface {

@@ -31,14 +31,55 @@ type benchOpts struct {
 
 func runBench(ctx context.Context, e *env, args []string) error {
 	var (
-		db dbFlags
 		o  benchOpts
 		lf logFlags
 	)
-	fs := newFlagSet(e, "bench", "bench [--messages N] [--done-rows N] [--variant lease|seed|both] [--sink URL] [--producers N --duration DUR] [--latency --rate N --producers N --duration DUR]")
-	db.register(fs)
+	c := newDBCommand(e, "bench", "bench [--messages N] [--done-rows N] [--variant lease|seed|both] [--sink URL] [--producers N --duration DUR] [--latency --rate N --producers N --duration DUR]", &lf, &o)
+	if err := c.parse(e, args); err != nil {
+		return err
+	}
+	lf.level = cmpString(lf.level, "warn")
+	logger, err := lf.logger(e.stderr)
+	if err != nil {
+		return err
+	}
+	if err := o.check(c.FlagSet); err != nil {
+		return err
+	}
+	if _, err := o.rf.config("bench.outbox", logger); err != nil {
+		return err
+	}
+	sink, err := openSink(o.rf.sink, &sinkEnv{stdout: io.Discard, logger: logger})
+	if err != nil {
+		return err
+	}
+	defer sink.Close()
+	pool, err := c.db.connect(ctx, e, int32(max(8, o.producers+4)))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	host, _ := os.Hostname()
+	sinkName := sinkutil.RedactURL(o.rf.sink)
+	if o.latency {
+		sinkName = "http (local receiver)"
+	}
+	fmt.Fprintf(e.stdout, "outboxd bench on %s: sink %s, workers %d, batch %d\n", host, sinkName, o.rf.workers, o.rf.batch)
+	return bench.New(pool, &bench.Config{
+		Messages: o.messages, DoneRows: o.doneRows, Variant: o.variant,
+		Producers: o.producers, Rounds: o.rounds, Duration: o.duration,
+		Latency: o.latency, Rate: o.rate, Keep: o.keep,
+		Sink: sink,
+		HTTPSink: func(url string) (outbox.Sink, error) {
+			return openSink(url, &sinkEnv{stdout: e.stdout, logger: logger})
+		},
+		Dispatcher: func(table string) (*outbox.Config, error) { return o.rf.config(table, logger) },
+		Stdout:     e.stdout, Stderr: e.stderr,
+	}).Run(ctx)
+}
+
+func (o *benchOpts) register(fs *flag.FlagSet) {
 	o.rf.register(fs, "null:")
-	lf.register(fs)
 	fs.IntVar(&o.messages, "messages", 200000, "messages to pre-insert and drain")
 	fs.IntVar(&o.doneRows, "done-rows", 0, "done rows to pre-fill the table with (a claim must not slow down with them)")
 	fs.StringVar(&o.variant, "variant", "lease", "lease (outboxd), seed (the article's per-row design) or both")
@@ -48,24 +89,16 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&o.keep, "keep", false, "keep the bench schema afterwards")
 	fs.BoolVar(&o.latency, "latency", false, "instead of draining: measure delivery latency at --rate inserts/s from --producers (default 4) through the HTTP sink to a local receiver")
 	fs.IntVar(&o.rate, "rate", 1000, "with --latency: single-row insert transactions per second, across all producers")
-	if err := parseLayered(e, fs, &db, args); err != nil {
-		return err
-	}
-	if err := noArgs(fs); err != nil {
-		return err
-	}
-	lf.level = cmpString(lf.level, "warn")
-	logger, err := lf.logger(e.stderr)
-	if err != nil {
-		return err
-	}
+}
+
+// check refuses options that do not go together; --latency brings its
+// own sink and defaults --producers to 4.
+func (o *benchOpts) check(fs *flag.FlagSet) error {
 	if o.messages < 1 || o.doneRows < 0 || o.producers < 0 || o.rounds < 1 {
 		return usagef("--messages must be positive and --done-rows, --producers not negative")
 	}
 	if o.latency {
-		sinkSet := false
-		fs.Visit(func(f *flag.Flag) { sinkSet = sinkSet || f.Name == "sink" })
-		if sinkSet {
+		if fs.Changed("sink") {
 			return usagef("--latency delivers through the HTTP sink to its own local receiver; drop --sink")
 		}
 		if o.producers == 0 {
@@ -77,39 +110,6 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	}
 	if !slices.Contains([]string{"lease", "seed", "both"}, o.variant) {
 		return usagef("--variant must be lease, seed or both, got %q", o.variant)
-	}
-	if _, err := o.rf.config("bench.outbox", logger); err != nil {
-		return err
-	}
-	sink, err := openSink(o.rf.sink, &sinkEnv{stdout: io.Discard, logger: logger})
-	if err != nil {
-		return err
-	}
-	defer sink.Close()
-	pool, err := db.connect(ctx, e, int32(max(8, o.producers+4)))
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	host, _ := os.Hostname()
-	sinkName := sinkutil.RedactURL(o.rf.sink)
-	if o.latency {
-		sinkName = "http (local receiver)"
-	}
-	fmt.Fprintf(e.stdout, "outboxd bench on %s: sink %s, workers %d, batch %d\n", host, sinkName, o.rf.workers, o.rf.batch)
-	b := bench.New(pool, &bench.Config{
-		Messages: o.messages, DoneRows: o.doneRows, Variant: o.variant,
-		Producers: o.producers, Rounds: o.rounds, Duration: o.duration,
-		Latency: o.latency, Rate: o.rate, Keep: o.keep,
-		Sink: sink,
-		HTTPSink: func(url string) (outbox.Sink, error) {
-			return openSink(url, &sinkEnv{stdout: e.stdout, logger: logger})
-		},
-		Dispatcher: func(table string) (*outbox.Config, error) { return o.rf.config(table, logger) },
-		Stdout:     e.stdout, Stderr: e.stderr,
-	})
-	if err := b.Run(ctx); err != nil {
-		return err
 	}
 	return nil
 }

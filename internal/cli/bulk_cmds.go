@@ -86,22 +86,14 @@ func progress(e *env, past string) func(int64) {
 
 func runReplay(ctx context.Context, e *env, args []string) error {
 	var (
-		db      dbFlags
 		filters filterFlags
-		name    string
-		dryRun  bool
-		rate    float64
+		o       outbox.ReplayOpts
 	)
-	fs := newFlagSet(e, "replay", "replay --filter TERM [--filter TERM...] [--name NAME] [--dry-run] [--rate N]")
-	db.register(fs)
-	filters.register(fs)
-	fs.StringVar(&name, "name", "", "the replay's name, sent as header Outbox-Replay (default replay-<UTC time>)")
-	fs.BoolVar(&dryRun, "dry-run", false, "count the done messages that would be replayed; change nothing")
-	fs.Float64Var(&rate, "rate", 0, "at most this many messages per second (0: unlimited)")
-	if err := parseLayered(e, fs, &db, args); err != nil {
-		return err
-	}
-	if err := noArgs(fs); err != nil {
+	c := newDBCommand(e, "replay", "replay --filter TERM [--filter TERM...] [--name NAME] [--dry-run] [--rate N]", &filters)
+	c.StringVar(&o.Name, "name", "", "the replay's name, sent as header Outbox-Replay (default replay-<UTC time>)")
+	c.BoolVar(&o.DryRun, "dry-run", false, "count the done messages that would be replayed; change nothing")
+	c.Float64Var(&o.Rate, "rate", 0, "at most this many messages per second (0: unlimited)")
+	if err := c.parse(e, args); err != nil {
 		return err
 	}
 	if len(filters) == 0 {
@@ -111,50 +103,44 @@ func runReplay(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if rate < 0 {
+	if o.Rate < 0 {
 		return usagef("--rate must not be negative")
 	}
-	if name == "" {
-		name = "replay-" + time.Now().UTC().Format("20060102T150405Z")
+	if o.Name == "" {
+		o.Name = "replay-" + time.Now().UTC().Format("20060102T150405Z")
 	}
-	a, pool, err := db.admin(ctx, e)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	n, err := quietAdmin(a).Replay(ctx, f, outbox.ReplayOpts{Name: name, Rate: rate, DryRun: dryRun,
-		Actor: actor(e), Progress: progress(e, "replayed")})
-	var oe *outbox.ReplayOptsError
-	if errors.As(err, &oe) {
-		return usagef("--%s %s", strings.ToLower(oe.Field), oe.Reason)
-	}
-	if err != nil {
-		return bulkErr(err)
-	}
-	fmt.Fprintln(e.stdout, countLine("replay", "replayed", dryRun, n))
-	return nil
+	o.Actor, o.Progress = actor(e), progress(e, "replayed")
+	return c.withAdmin(ctx, e, func(a *outbox.Admin) error {
+		n, err := quietAdmin(a).Replay(ctx, f, o)
+		var oe *outbox.ReplayOptsError
+		if errors.As(err, &oe) {
+			return usagef("--%s %s", strings.ToLower(oe.Field), oe.Reason)
+		}
+		if err != nil {
+			return bulkErr(err)
+		}
+		fmt.Fprintln(e.stdout, countLine("replay", "replayed", o.DryRun, n))
+		return nil
+	})
 }
 
 // runDeadMatching runs dead retry or skip over a filter (or, with ids or
 // --all and --dry-run, over those): one count line.
-func runDeadMatching(ctx context.Context, e *env, db dbFlags, verb string, f outbox.Filter, dryRun bool) error {
-	a, pool, err := db.admin(ctx, e)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	quietAdmin(a)
+func runDeadMatching(ctx context.Context, e *env, c *dbCommand, verb string, f outbox.Filter, dryRun bool) error {
 	past := map[string]string{"retry": "retried", "skip": "skipped"}[verb]
 	o := outbox.BulkOpts{DryRun: dryRun, Actor: actor(e), Progress: progress(e, past)}
-	var n int64
-	if verb == "retry" {
-		n, err = a.DeadRetryMatching(ctx, f, o)
-	} else {
-		n, err = a.DeadSkipMatching(ctx, f, o)
-	}
-	if err != nil {
-		return bulkErr(err)
-	}
-	fmt.Fprintln(e.stdout, countLine(verb, past, dryRun, n))
-	return nil
+	return c.withAdmin(ctx, e, func(a *outbox.Admin) error {
+		var n int64
+		var err error
+		if verb == "retry" {
+			n, err = quietAdmin(a).DeadRetryMatching(ctx, f, o)
+		} else {
+			n, err = quietAdmin(a).DeadSkipMatching(ctx, f, o)
+		}
+		if err != nil {
+			return bulkErr(err)
+		}
+		fmt.Fprintln(e.stdout, countLine(verb, past, dryRun, n))
+		return nil
+	})
 }

@@ -104,6 +104,52 @@ func (d *dbFlags) admin(ctx context.Context, e *env) (*outbox.Admin, *pgxpool.Po
 	return a, pool, nil
 }
 
+// flagGroup is a set of flags several commands take (logFlags, filterFlags).
+type flagGroup interface{ register(fs *flag.FlagSet) }
+
+// dbCommand is a command on one outbox table as it is being defined and
+// read: its flag set, holding the database flags (--dsn, --table, --config)
+// and the groups it was made with, and read through the configuration
+// layers (flags, environment, file).
+type dbCommand struct {
+	*flag.FlagSet
+	db dbFlags
+}
+
+func newDBCommand(e *env, name, synopsis string, groups ...flagGroup) *dbCommand {
+	c := &dbCommand{FlagSet: newFlagSet(e, name, synopsis)}
+	c.db.register(c.FlagSet)
+	for _, g := range groups {
+		g.register(c.FlagSet)
+	}
+	return c
+}
+
+// parse reads args and the layers under them; a positional argument is an
+// error.
+func (c *dbCommand) parse(e *env, args []string) error {
+	if err := c.parseWithArgs(e, args); err != nil {
+		return err
+	}
+	return noArgs(c.FlagSet)
+}
+
+// parseWithArgs is parse for a command that takes positional arguments
+// (fs.Args).
+func (c *dbCommand) parseWithArgs(e *env, args []string) error {
+	return parseLayered(e, c.FlagSet, &c.db, args)
+}
+
+// withAdmin connects, runs f with the table's Admin, then closes the pool.
+func (c *dbCommand) withAdmin(ctx context.Context, e *env, f func(a *outbox.Admin) error) error {
+	a, pool, err := c.db.admin(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return f(a)
+}
+
 // parseDuration is time.ParseDuration that also takes whole days ("7d").
 func parseDuration(s string) (time.Duration, error) {
 	if days, ok := strings.CutSuffix(s, "d"); ok {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	flag "github.com/spf13/pflag"
 
 	"github.com/outboxd/outbox"
 	"github.com/outboxd/outbox/internal/pgcluster"
@@ -24,86 +26,39 @@ import (
 // delivering them in order per order id, a few injected transient failures
 // to show retries, progress, and a summary.
 func runDemo(ctx context.Context, e *env, args []string) error {
-	var (
-		db         dbFlags
-		lf         logFlags
-		orders     int
-		producers  int
-		procs      int
-		workers    int
-		failRate   float64
-		sinkURL    string
-		keepSchema bool
-	)
-	fs := newFlagSet(e, "demo", "demo [--orders N] [--producers N] [--dispatchers N] [--sink URL] [--dsn DSN]")
-	db.register(fs)
-	lf.register(fs)
-	fs.IntVar(&orders, "orders", 200, "orders to create (3 events each: created, paid, shipped)")
-	fs.IntVar(&producers, "producers", 4, "concurrent producers")
-	fs.IntVar(&procs, "dispatchers", 3, "dispatchers (as if on separate machines)")
-	fs.IntVar(&workers, "workers", 4, "workers per dispatcher")
-	fs.Float64Var(&failRate, "fail-rate", 0.05, "share of first attempts that fail transiently, to show retries")
-	fs.StringVar(&sinkURL, "sink", "stdout:", "sink URL")
-	fs.BoolVar(&keepSchema, "keep", false, "keep the demo schema (with --dsn)")
-	if err := parseLayered(e, fs, &db, args); err != nil {
+	var o demoOpts
+	c := newDBCommand(e, "demo", "demo [--orders N] [--producers N] [--dispatchers N] [--sink URL] [--dsn DSN]", &o.lf, &o)
+	if err := c.parse(e, args); err != nil {
 		return err
 	}
-	if err := noArgs(fs); err != nil {
-		return err
-	}
-	if orders < 1 || producers < 1 || procs < 1 || workers < 1 {
+	if o.orders < 1 || o.producers < 1 || o.procs < 1 || o.workers < 1 {
 		return usagef("--orders, --producers, --dispatchers and --workers must be positive")
 	}
-	if failRate < 0 || failRate >= 1 {
+	if o.failRate < 0 || o.failRate >= 1 {
 		return usagef("--fail-rate must be in [0, 1)")
 	}
-	lf.level = cmpString(lf.level, "warn")
-	logger, err := lf.logger(e.stderr)
+	o.lf.level = cmpString(o.lf.level, "warn")
+	logger, err := o.lf.logger(e.stderr)
 	if err != nil {
 		return err
 	}
-	sink, err := openSink(sinkURL, &sinkEnv{stdout: e.stdout, logger: logger})
+	sink, err := openSink(o.sinkURL, &sinkEnv{stdout: e.stdout, logger: logger})
 	if err != nil {
 		return err
 	}
 	defer sink.Close()
 	say := func(format string, args ...any) { fmt.Fprintf(e.stderr, "demo: "+format+"\n", args...) }
-
-	table := "outbox"
-	if db.resolveDSN(e) == "" && e.getenv("PGHOST") == "" && e.getenv("PGDATABASE") == "" {
-		say("no --dsn, $OUTBOX_DSN or $PGHOST: starting a throwaway PostgreSQL cluster")
-		c, err := pgcluster.Start(ctx, &pgcluster.Options{AsyncCommit: true})
-		if err != nil {
-			return fmt.Errorf("starting a throwaway PostgreSQL: %w (give --dsn to use a running server)", err)
-		}
-		defer func() {
-			_ = c.Stop(context.WithoutCancel(ctx))
-			say("removed the throwaway cluster")
-		}()
-		say("cluster up at 127.0.0.1:%d (PostgreSQL from %s)", c.Port, c.BinDir)
-		db.dsn = c.DSN
-	} else {
-		schema := fmt.Sprintf("outboxd_demo_%d", os.Getpid())
-		table = schema + ".outbox"
-		say("using the given database, in a schema of its own: %s", schema)
-		defer func() {
-			if keepSchema {
-				return
-			}
-			pool, err := db.connect(context.WithoutCancel(ctx), e, 1)
-			if err == nil {
-				_, _ = pool.Exec(context.WithoutCancel(ctx), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-				pool.Close()
-			}
-		}()
+	cleanup, err := demoDatabase(ctx, e, &c.db, o.keepSchema, say)
+	if err != nil {
+		return err
 	}
-	db.table = table
-	pool, err := db.connect(ctx, e, int32(producers+3*procs+2))
+	defer cleanup()
+	pool, err := c.db.connect(ctx, e, int32(o.producers+3*o.procs+2))
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	admin, err := outbox.NewAdmin(pool, table)
+	admin, err := outbox.NewAdmin(pool, c.db.table)
 	if err != nil {
 		return err
 	}
@@ -111,39 +66,127 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	say("migrated %s; %d producers will write %d orders x 3 events while %d dispatchers deliver them",
-		table, producers, orders, procs)
+		c.db.table, o.producers, o.orders, o.procs)
+	return demoDeliver(ctx, e, pool, admin, c.db.table, newDemoRecorder(sink, o.failRate), &o, logger, say)
+}
 
-	rec := newDemoRecorder(sink, failRate)
+// demoOpts are demo's own flags.
+type demoOpts struct {
+	lf                                logFlags
+	orders, producers, procs, workers int
+	failRate                          float64
+	sinkURL                           string
+	keepSchema                        bool
+}
+
+func (o *demoOpts) register(fs *flag.FlagSet) {
+	fs.IntVar(&o.orders, "orders", 200, "orders to create (3 events each: created, paid, shipped)")
+	fs.IntVar(&o.producers, "producers", 4, "concurrent producers")
+	fs.IntVar(&o.procs, "dispatchers", 3, "dispatchers (as if on separate machines)")
+	fs.IntVar(&o.workers, "workers", 4, "workers per dispatcher")
+	fs.Float64Var(&o.failRate, "fail-rate", 0.05, "share of first attempts that fail transiently, to show retries")
+	fs.StringVar(&o.sinkURL, "sink", "stdout:", "sink URL")
+	fs.BoolVar(&o.keepSchema, "keep", false, "keep the demo schema (with --dsn)")
+}
+
+// demoDatabase points db at the demo's table: in a throwaway cluster when
+// no database is named, else in a schema of its own in the given one.
+// cleanup stops the cluster, or drops the schema unless keep is set.
+func demoDatabase(ctx context.Context, e *env, db *dbFlags, keep bool, say func(string, ...any)) (cleanup func(), err error) {
+	if db.resolveDSN(e) == "" && e.getenv("PGHOST") == "" && e.getenv("PGDATABASE") == "" {
+		say("no --dsn, $OUTBOX_DSN or $PGHOST: starting a throwaway PostgreSQL cluster")
+		c, err := pgcluster.Start(ctx, &pgcluster.Options{AsyncCommit: true})
+		if err != nil {
+			return nil, fmt.Errorf("starting a throwaway PostgreSQL: %w (give --dsn to use a running server)", err)
+		}
+		say("cluster up at 127.0.0.1:%d (PostgreSQL from %s)", c.Port, c.BinDir)
+		db.dsn, db.table = c.DSN, "outbox"
+		return func() {
+			_ = c.Stop(context.WithoutCancel(ctx))
+			say("removed the throwaway cluster")
+		}, nil
+	}
+	schema := fmt.Sprintf("outboxd_demo_%d", os.Getpid())
+	db.table = schema + ".outbox"
+	say("using the given database, in a schema of its own: %s", schema)
+	return func() {
+		if keep {
+			return
+		}
+		pool, err := db.connect(context.WithoutCancel(ctx), e, 1)
+		if err == nil {
+			_, _ = pool.Exec(context.WithoutCancel(ctx), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+			pool.Close()
+		}
+	}, nil
+}
+
+// demoDeliver runs the dispatchers and the producers until every order's
+// events are delivered, then prints the summary.
+func demoDeliver(ctx context.Context, e *env, pool *pgxpool.Pool, admin *outbox.Admin, table string, rec *demoRecorder,
+	o *demoOpts, logger *slog.Logger, say func(string, ...any)) error {
 	start := time.Now()
-	runCtx, stopDispatchers := context.WithCancel(ctx)
-	defer stopDispatchers()
-	var dwg sync.WaitGroup
-	dispatchers := make([]*outbox.Dispatcher, procs)
-	for i := range procs {
+	dispatchers, stop, err := startDemoDispatchers(ctx, pool, rec, table, o, logger)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	produced, err := demoProduce(ctx, pool, table, o.orders, o.producers)
+	if err != nil {
+		return err
+	}
+	say("producers committed %d messages", produced)
+	if err := demoWait(ctx, admin, rec, say); err != nil {
+		return err
+	}
+	elapsed := time.Since(start)
+	stop()
+	st, err := admin.Status(ctx)
+	if err != nil {
+		return err
+	}
+	printDemoSummary(e.stderr, rec, st, dispatchers, produced, o.orders, elapsed)
+	if rec.unique() != produced || st.Counts["dead"] != 0 {
+		return fmt.Errorf("demo: %d of %d messages delivered", rec.unique(), produced)
+	}
+	return nil
+}
+
+// startDemoDispatchers starts o.procs dispatchers; stop, which may be
+// called more than once, ends them and waits for them.
+func startDemoDispatchers(ctx context.Context, pool *pgxpool.Pool, rec *demoRecorder, table string, o *demoOpts,
+	logger *slog.Logger) (dispatchers []*outbox.Dispatcher, stop func(), err error) {
+	runCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	stop = func() {
+		cancel()
+		wg.Wait()
+	}
+	for i := range o.procs {
 		d, err := outbox.NewDispatcher(pool, rec, &outbox.Config{
-			Table: table, Owner: fmt.Sprintf("demo-dispatcher-%d", i+1), Workers: workers, BatchSize: 20,
+			Table: table, Owner: fmt.Sprintf("demo-dispatcher-%d", i+1), Workers: o.workers, BatchSize: 20,
 			Ordered: true, RetryBase: 50 * time.Millisecond, RetryCap: time.Second, PollInterval: 200 * time.Millisecond,
 			Logger: logger,
 		})
 		if err != nil {
-			return err
+			stop()
+			return nil, nil, err
 		}
-		dispatchers[i] = d
-		dwg.Add(1)
+		dispatchers = append(dispatchers, d)
+		wg.Add(1)
 		go func() {
-			defer dwg.Done()
+			defer wg.Done()
 			if err := d.Run(runCtx); err != nil {
 				logger.Error("dispatcher stopped", slog.Any("error", err))
 			}
 		}()
 	}
+	return dispatchers, stop, nil
+}
 
-	produced, err := demoProduce(ctx, pool, table, orders, producers)
-	if err != nil {
-		return err
-	}
-	say("producers committed %d messages", produced)
-
+// demoWait reports progress every half second until nothing is pending or
+// processing.
+func demoWait(ctx context.Context, admin *outbox.Admin, rec *demoRecorder, say func(string, ...any)) error {
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -154,39 +197,30 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 		left := st.Counts["pending"] + st.Counts["processing"]
 		say("progress: %d delivered, %d waiting, %d retried, %d dead", rec.unique(), left, rec.failed.Load(), st.Counts["dead"])
 		if left == 0 {
-			break
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			stopDispatchers()
-			dwg.Wait()
 			return errors.New("interrupted")
 		case <-tick.C:
 		}
 	}
-	elapsed := time.Since(start)
-	stopDispatchers()
-	dwg.Wait()
-	st, err := admin.Status(ctx)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(e.stderr, "\nsummary\n")
-	fmt.Fprintf(e.stderr, "  enqueued             %d (in %d producer transactions)\n", produced, orders)
-	fmt.Fprintf(e.stderr, "  delivered            %d unique ids\n", rec.unique())
-	fmt.Fprintf(e.stderr, "  duplicates           %d\n", rec.duplicates())
-	fmt.Fprintf(e.stderr, "  transient failures   %d (retried with full-jitter backoff)\n", rec.failed.Load())
-	fmt.Fprintf(e.stderr, "  dead                 %d\n", st.Counts["dead"])
-	fmt.Fprintf(e.stderr, "  order violations     %d (per order id, delivery follows id order)\n", rec.violations.Load())
-	fmt.Fprintf(e.stderr, "  throughput           %.0f messages/s over %s\n", float64(rec.unique())/elapsed.Seconds(), elapsed.Round(time.Millisecond))
+}
+
+func printDemoSummary(w io.Writer, rec *demoRecorder, st *outbox.Status, dispatchers []*outbox.Dispatcher, produced, orders int,
+	elapsed time.Duration) {
+	fmt.Fprintf(w, "\nsummary\n")
+	fmt.Fprintf(w, "  enqueued             %d (in %d producer transactions)\n", produced, orders)
+	fmt.Fprintf(w, "  delivered            %d unique ids\n", rec.unique())
+	fmt.Fprintf(w, "  duplicates           %d\n", rec.duplicates())
+	fmt.Fprintf(w, "  transient failures   %d (retried with full-jitter backoff)\n", rec.failed.Load())
+	fmt.Fprintf(w, "  dead                 %d\n", st.Counts["dead"])
+	fmt.Fprintf(w, "  order violations     %d (per order id, delivery follows id order)\n", rec.violations.Load())
+	fmt.Fprintf(w, "  throughput           %.0f messages/s over %s\n", float64(rec.unique())/elapsed.Seconds(), elapsed.Round(time.Millisecond))
 	for _, d := range dispatchers {
 		s := d.Stats()
-		fmt.Fprintf(e.stderr, "  %-20s %d done, %d retried, %d lost leases\n", d.Config().Owner, s.Done, s.Retried, s.LeaseLost)
+		fmt.Fprintf(w, "  %-20s %d done, %d retried, %d lost leases\n", d.Config().Owner, s.Done, s.Retried, s.LeaseLost)
 	}
-	if rec.unique() != produced || st.Counts["dead"] != 0 {
-		return fmt.Errorf("demo: %d of %d messages delivered", rec.unique(), produced)
-	}
-	return nil
 }
 
 func demoProduce(ctx context.Context, pool *pgxpool.Pool, table string, orders, producers int) (int, error) {
