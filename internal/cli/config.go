@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 
 	flag "github.com/spf13/pflag"
@@ -75,12 +76,7 @@ func loadConfigFile(path string, known func(string) bool) (*configFile, error) {
 	}
 	lines, routeLines := keyLines(&doc)
 	cf := &configFile{path: path, values: map[string]string{}, lines: lines}
-	keys := make([]string, 0, len(raw))
-	for k := range raw {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(raw)) {
 		v := raw[k]
 		if k == "routes" {
 			routes, err := parseRoutes(v, routeLines)

@@ -110,7 +110,7 @@ func checkSinkURL(raw string) error {
 	if err != nil {
 		return err
 	}
-	if check := sinkCheckers[scheme]; check != nil {
+	if check := sinkKinds[scheme].check; check != nil {
 		if err := check(bareScheme(raw)); err != nil {
 			return usagef("sink %s: %v", sinkutil.RedactURL(raw), err)
 		}

@@ -6,30 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outboxd/outbox/sink/amqpsink"
-	"github.com/outboxd/outbox/sink/httpsink"
-	"github.com/outboxd/outbox/sink/kafkasink"
-	"github.com/outboxd/outbox/sink/mqttsink"
-	"github.com/outboxd/outbox/sink/natssink"
-	"github.com/outboxd/outbox/sink/redissink"
 	"github.com/outboxd/outbox/sink/sinkutil"
 )
-
-// sinkProbes maps a sink URL scheme to its package's connectivity check.
-// Schemes without one (stdout, null) have nothing to connect to.
-var sinkProbes = map[string]func(ctx context.Context, rawURL string) []sinkutil.Check{
-	"http":     httpsink.Check,
-	"https":    httpsink.Check,
-	"nats":     natssink.Check,
-	"nats+tls": natssink.Check,
-	"amqp":     amqpsink.Check,
-	"amqps":    amqpsink.Check,
-	"kafka":    kafkasink.Check,
-	"redis":    redissink.Check,
-	"rediss":   redissink.Check,
-	"mqtt":     mqttsink.Check,
-	"mqtts":    mqttsink.Check,
-}
 
 // probeTimeout bounds the checks of one sink.
 const probeTimeout = 15 * time.Second
@@ -57,7 +35,7 @@ func runConnectChecks(ctx context.Context, e *env, s *runSetup) error {
 	}
 	for _, u := range s.sinkURLs() {
 		subject := "sink " + maskSecret("sink", u)
-		probe := sinkProbes[mustScheme(u)]
+		probe := sinkKinds[mustScheme(u)].probe
 		if probe == nil {
 			emit(checkLine{subject, sinkutil.Passed("nothing to connect to", "")})
 			continue

@@ -32,22 +32,49 @@ type sinkEnv struct {
 	tracer trace.TracerProvider
 }
 
-// sinkFactories maps a --sink URL scheme to its constructor. Each sink
-// documents its URL form in its package README.
-var sinkFactories = map[string]func(rawURL string, se *sinkEnv) (outbox.Sink, error){
-	"stdout":   func(_ string, se *sinkEnv) (outbox.Sink, error) { return stdoutsink.New(se.stdout), nil },
-	"null":     func(string, *sinkEnv) (outbox.Sink, error) { return nullSink(), nil },
-	"http":     newHTTPSink,
-	"https":    newHTTPSink,
-	"nats":     newNATSSink,
-	"nats+tls": newNATSSink,
-	"amqp":     newAMQPSink,
-	"amqps":    newAMQPSink,
-	"kafka":    newKafkaSink,
-	"redis":    newRedisSink,
-	"rediss":   newRedisSink,
-	"mqtt":     newMQTTSink,
-	"mqtts":    newMQTTSink,
+// sinkKind is what the command line does with one sink package: build the
+// sink (open), check its URL without building it (check, the package's
+// CheckURL, for config check) and check that its destination answers and
+// takes the credentials (probe, for config check --connect). check and
+// probe are nil where there is nothing to check.
+type sinkKind struct {
+	open  func(rawURL string, se *sinkEnv) (outbox.Sink, error)
+	check func(rawURL string) error
+	probe func(ctx context.Context, rawURL string) []sinkutil.Check
+}
+
+// sinkKinds maps each --sink URL scheme to its sink. Each sink documents
+// its URL form in its package README.
+var sinkKinds = func() map[string]sinkKind {
+	http := sinkKind{newHTTPSink, httpsink.CheckURL, httpsink.Check}
+	nats := sinkKind{newNATSSink, natssink.CheckURL, natssink.Check}
+	amqp := sinkKind{newAMQPSink, amqpsink.CheckURL, amqpsink.Check}
+	kafka := sinkKind{newKafkaSink, kafkasink.CheckURL, kafkasink.Check}
+	redis := sinkKind{newRedisSink, redissink.CheckURL, redissink.Check}
+	mqtt := sinkKind{newMQTTSink, mqttsink.CheckURL, mqttsink.Check}
+	return map[string]sinkKind{
+		"stdout":   {open: func(_ string, se *sinkEnv) (outbox.Sink, error) { return stdoutsink.New(se.stdout), nil }, check: stdoutsink.CheckURL},
+		"null":     {open: func(string, *sinkEnv) (outbox.Sink, error) { return nullSink(), nil }},
+		"http":     http,
+		"https":    http,
+		"nats":     nats,
+		"nats+tls": nats,
+		"amqp":     amqp,
+		"amqps":    amqp,
+		"kafka":    kafka,
+		"redis":    redis,
+		"rediss":   redis,
+		"mqtt":     mqtt,
+		"mqtts":    mqtt,
+	}
+}()
+
+func newHTTPSink(rawURL string, se *sinkEnv) (outbox.Sink, error) {
+	return httpsink.New(rawURL, &httpsink.Options{Secrets: se.secrets})
+}
+
+func newNATSSink(rawURL string, se *sinkEnv) (outbox.Sink, error) {
+	return natssink.New(rawURL, &natssink.Options{Logger: se.logger})
 }
 
 func newAMQPSink(rawURL string, se *sinkEnv) (outbox.Sink, error) {
@@ -66,36 +93,10 @@ func newMQTTSink(rawURL string, se *sinkEnv) (outbox.Sink, error) {
 	return mqttsink.New(rawURL, &mqttsink.Options{Logger: se.logger})
 }
 
-func newNATSSink(rawURL string, se *sinkEnv) (outbox.Sink, error) {
-	return natssink.New(rawURL, &natssink.Options{Logger: se.logger})
-}
-
-func newHTTPSink(rawURL string, se *sinkEnv) (outbox.Sink, error) {
-	return httpsink.New(rawURL, &httpsink.Options{Secrets: se.secrets})
-}
-
-// sinkCheckers validate a sink URL without connecting or building the
-// sink, per scheme (for config check): each is the sink package's CheckURL,
-// which reports what its New would. Schemes without one are only parsed.
-var sinkCheckers = map[string]func(rawURL string) error{
-	"http":     httpsink.CheckURL,
-	"https":    httpsink.CheckURL,
-	"nats":     natssink.CheckURL,
-	"nats+tls": natssink.CheckURL,
-	"amqp":     amqpsink.CheckURL,
-	"amqps":    amqpsink.CheckURL,
-	"kafka":    kafkasink.CheckURL,
-	"redis":    redissink.CheckURL,
-	"rediss":   redissink.CheckURL,
-	"mqtt":     mqttsink.CheckURL,
-	"mqtts":    mqttsink.CheckURL,
-	"stdout":   stdoutsink.CheckURL,
-}
-
 // sinkSchemes lists the --sink URL schemes, for help and errors.
 func sinkSchemes() []string {
-	out := make([]string, 0, len(sinkFactories))
-	for k := range sinkFactories {
+	out := make([]string, 0, len(sinkKinds))
+	for k := range sinkKinds {
 		out = append(out, k)
 	}
 	sort.Strings(out)
@@ -126,7 +127,7 @@ func openSink(rawURL string, se *sinkEnv) (outbox.Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := sinkFactories[scheme](bareScheme(rawURL), se)
+	s, err := sinkKinds[scheme].open(bareScheme(rawURL), se)
 	if err != nil {
 		return nil, usagef("--sink %s: %v", sinkutil.RedactURL(rawURL), err)
 	}
