@@ -3,11 +3,13 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 
 	flag "github.com/spf13/pflag"
 
+	"github.com/outboxd/outbox"
 	"github.com/outboxd/outbox/sink/route"
 	"github.com/outboxd/outbox/sink/sinkutil"
 )
@@ -32,7 +34,26 @@ func runConfig(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	effective := cfg.WithDefaults()
+	if err := s.checkSinks(); err != nil {
+		return err
+	}
+	if s.db.config != "" {
+		fmt.Fprintf(e.stdout, "config file: %s\n", s.db.config)
+	}
+	if err := s.printSettings(e, cfg.WithDefaults()); err != nil {
+		return err
+	}
+	s.printRoutes(e.stdout)
+	fmt.Fprintln(e.stdout, "configuration is valid")
+	if *connect {
+		return runConnectChecks(ctx, e, s)
+	}
+	return nil
+}
+
+// checkSinks checks the default sink's URL and the routes', and that the
+// routes make a router, without building any sink.
+func (s *runSetup) checkSinks() error {
 	if s.hasDefaultSink() {
 		if err := checkSinkURL(s.rf.sink); err != nil {
 			return err
@@ -48,10 +69,12 @@ func runConfig(ctx context.Context, e *env, args []string) error {
 	if _, err := route.New(rs, nil); err != nil {
 		return usagef("routes: %v", err)
 	}
+	return nil
+}
 
-	if s.db.config != "" {
-		fmt.Fprintf(e.stdout, "config file: %s\n", s.db.config)
-	}
+// printSettings writes each setting, its effective value (secrets masked)
+// and where the value came from.
+func (s *runSetup) printSettings(e *env, effective *outbox.Config) error {
 	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "SETTING\tVALUE\tFROM")
 	s.fs.VisitAll(func(f *flag.Flag) {
@@ -70,27 +93,25 @@ func runConfig(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\n", f.Name, value, s.sources[f.Name])
 	})
-	if err := w.Flush(); err != nil {
-		return err
-	}
+	return w.Flush()
+}
+
+// printRoutes writes the routes, in order, and the default sink.
+func (s *runSetup) printRoutes(out io.Writer) {
 	routes := s.allRoutes()
-	if len(routes) > 0 {
-		fmt.Fprintln(e.stdout, "routes (first match wins):")
-		for i, r := range routes {
-			fmt.Fprintf(e.stdout, "  %d. aggregate_type=%s event_type=%s -> %s\n", i+1,
-				patterns(r.AggregateTypes), patterns(r.EventTypes), maskSecret("sink", r.Sink))
-		}
-		if s.hasDefaultSink() {
-			fmt.Fprintf(e.stdout, "  default -> %s\n", maskSecret("sink", s.rf.sink))
-		} else {
-			fmt.Fprintln(e.stdout, "  default: none (run refuses to start while waiting messages match no route; later ones go dead)")
-		}
+	if len(routes) == 0 {
+		return
 	}
-	fmt.Fprintln(e.stdout, "configuration is valid")
-	if *connect {
-		return runConnectChecks(ctx, e, s)
+	fmt.Fprintln(out, "routes (first match wins):")
+	for i, r := range routes {
+		fmt.Fprintf(out, "  %d. aggregate_type=%s event_type=%s -> %s\n", i+1,
+			patterns(r.AggregateTypes), patterns(r.EventTypes), maskSecret("sink", r.Sink))
 	}
-	return nil
+	if s.hasDefaultSink() {
+		fmt.Fprintf(out, "  default -> %s\n", maskSecret("sink", s.rf.sink))
+	} else {
+		fmt.Fprintln(out, "  default: none (run refuses to start while waiting messages match no route; later ones go dead)")
+	}
 }
 
 // connectFlag is config check's own flag: not a setting, so it is neither

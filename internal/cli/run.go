@@ -170,25 +170,11 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	// Tracing is configured by the standard OTEL_* variables only; with none
-	// set, sinks are not wrapped and tracing costs nothing.
-	tp, shutdownTracing, tracingOn, err := tracing.Setup(ctx)
+	tracer, stopTracing, err := startTracing(ctx, logger)
 	if err != nil {
-		return usagef("tracing: %v", err)
+		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := shutdownTracing(sctx); err != nil {
-			logger.Warn("flushing traces", slog.Any("error", err))
-		}
-	}()
-	var tracer trace.TracerProvider
-	if tracingOn {
-		tracer = tp
-		routeOTelLogs(logger)
-		logger.Info("tracing on (OTLP over HTTP, from OTEL_* variables)")
-	}
+	defer stopTracing()
 	sink, router, err := s.openSinks(e, logger, tracer)
 	if err != nil {
 		return err
@@ -199,6 +185,38 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer pool.Close()
+	if err := s.checkStart(ctx, pool, router, logger); err != nil {
+		return err
+	}
+	return s.relay(ctx, e, pool, sink, cfg, logger)
+}
+
+// startTracing configures tracing from the standard OTEL_* variables only:
+// with none set, tracer is nil, sinks are not wrapped and tracing costs
+// nothing. stop flushes the traces.
+func startTracing(ctx context.Context, logger *slog.Logger) (tracer trace.TracerProvider, stop func(), err error) {
+	tp, shutdown, on, err := tracing.Setup(ctx)
+	if err != nil {
+		return nil, nil, usagef("tracing: %v", err)
+	}
+	stop = func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdown(sctx); err != nil {
+			logger.Warn("flushing traces", slog.Any("error", err))
+		}
+	}
+	if on {
+		tracer = tp
+		routeOTelLogs(logger)
+		logger.Info("tracing on (OTLP over HTTP, from OTEL_* variables)")
+	}
+	return tracer, stop, nil
+}
+
+// checkStart refuses to start what could only fail: a negative
+// --retention, a role lacking a privilege, waiting messages no route takes.
+func (s *runSetup) checkStart(ctx context.Context, pool *pgxpool.Pool, router *route.Router, logger *slog.Logger) error {
 	if s.retention < 0 {
 		return usagef("--retention must not be negative")
 	}
@@ -211,9 +229,17 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		}
 		logger.Info("routes", slog.String("table", router.String()))
 	}
+	return nil
+}
+
+// relay runs the dispatcher, with the metrics server, the console,
+// progress logging and retention the flags ask for, until ctx ends (or,
+// with --drain, nothing is left), then logs a summary.
+func (s *runSetup) relay(ctx context.Context, e *env, pool *pgxpool.Pool, sink outbox.Sink, cfg *outbox.Config, logger *slog.Logger) error {
 	var m *metrics.Metrics
 	if s.metricsAddr != "" {
 		var stopMetrics func()
+		var err error
 		m, stopMetrics, err = s.startMetrics(ctx, pool, cfg, logger)
 		if err != nil {
 			return err
@@ -235,11 +261,9 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		m.SetUp(true)
 		defer m.SetUp(false)
 	}
-	stopProgress := logProgress(ctx, logger, d, 10*time.Second)
-	defer stopProgress()
+	defer logProgress(ctx, logger, d, 10*time.Second)()
 	if s.retention > 0 {
-		stopRetention := runRetention(ctx, pool, s.db.table, s.retention, logger)
-		defer stopRetention()
+		defer runRetention(ctx, pool, s.db.table, s.retention, logger)()
 	}
 	if s.drain {
 		err = d.Drain(ctx)
