@@ -182,11 +182,10 @@ func (f *durationFlag) Type() string { return "duration" }
 
 func (f *durationFlag) Set(s string) error {
 	d, err := parseDuration(s)
-	if err != nil {
-		return err
+	if err == nil {
+		*f.d, f.set = d, true
 	}
-	*f.d, f.set = d, true
-	return nil
+	return err
 }
 
 func durVar(fs *flag.FlagSet, p *time.Duration, name string, def time.Duration, usage string) *durationFlag {

@@ -61,7 +61,7 @@ func connectOnce(ctx context.Context, c *urlConfig, addr string) error {
 		return err
 	}
 	if c.u.Scheme == "mqtts" {
-		tc := tls.Client(conn, &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.host})
+		tc := tls.Client(conn, sinkutil.TLSConfig(nil, c.host))
 		if err := tc.HandshakeContext(ctx); err != nil {
 			_ = conn.Close()
 			return err

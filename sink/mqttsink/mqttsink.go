@@ -223,14 +223,7 @@ func (s *Sink) clientConfig(c *urlConfig, opts *Options) autopaho.ClientConfig {
 		}
 	}
 	if c.u.Scheme == "mqtts" {
-		if opts.TLSConfig != nil {
-			cfg.TlsCfg = opts.TLSConfig.Clone()
-		} else {
-			cfg.TlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
-		}
-		if cfg.TlsCfg.ServerName == "" {
-			cfg.TlsCfg.ServerName = c.host
-		}
+		cfg.TlsCfg = sinkutil.TLSConfig(opts.TLSConfig, c.host)
 	}
 	return cfg
 }

@@ -202,14 +202,7 @@ func clientOptions(c *config, opts *Options) *redis.Options {
 		ro.Password, _ = c.u.User.Password()
 	}
 	if c.u.Scheme == "rediss" {
-		if opts.TLSConfig != nil {
-			ro.TLSConfig = opts.TLSConfig.Clone()
-		} else {
-			ro.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-		}
-		if ro.TLSConfig.ServerName == "" {
-			ro.TLSConfig.ServerName = c.u.Hostname()
-		}
+		ro.TLSConfig = sinkutil.TLSConfig(opts.TLSConfig, c.u.Hostname())
 	}
 	return ro
 }

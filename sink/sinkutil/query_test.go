@@ -1,6 +1,7 @@
 package sinkutil_test
 
 import (
+	"crypto/tls"
 	"errors"
 	"testing"
 	"time"
@@ -176,4 +177,21 @@ func TestURLForm(t *testing.T) {
 	}
 	require.NoError(t, f.NoFragment("x://h"))
 	require.EqualError(t, f.NoFragment("x://h#"), "xsink: URL must not contain a raw '#' (it starts a fragment that would be dropped); write %23")
+}
+
+func TestTLSConfigAndPort(t *testing.T) {
+	t.Parallel()
+	c := sinkutil.TLSConfig(nil, "h")
+	require.Equal(t, uint16(tls.VersionTLS12), c.MinVersion)
+	require.Equal(t, "h", c.ServerName)
+	given := &tls.Config{MinVersion: tls.VersionTLS13}
+	c = sinkutil.TLSConfig(given, "h")
+	require.NotSame(t, given, c, "the option is cloned, never changed")
+	require.Empty(t, given.ServerName)
+	require.Equal(t, "h", c.ServerName)
+	require.Equal(t, uint16(tls.VersionTLS13), c.MinVersion)
+	require.Equal(t, "other", sinkutil.TLSConfig(&tls.Config{ServerName: "other"}, "h").ServerName)
+	for port, ok := range map[string]bool{"1": true, "65535": true, "0": false, "65536": false, "": false, "x": false, "-1": false} {
+		require.Equal(t, ok, sinkutil.ValidPort(port), port)
+	}
 }

@@ -1,6 +1,7 @@
 package sinkutil
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/url"
@@ -55,4 +56,18 @@ func (f URLForm) NoFragment(rawURL string) error {
 func ValidPort(port string) bool {
 	n, err := strconv.Atoi(port)
 	return err == nil && n >= 1 && n <= 65535
+}
+
+// TLSConfig is the TLS configuration of a sink dialing host: a clone of
+// given (a sink option) or, without one, TLS 1.2 at least; its ServerName
+// is host unless given names one.
+func TLSConfig(given *tls.Config, host string) *tls.Config {
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	if given != nil {
+		c = given.Clone()
+	}
+	if c.ServerName == "" {
+		c.ServerName = host
+	}
+	return c
 }
