@@ -91,8 +91,10 @@ func runReplay(ctx context.Context, e *env, args []string) error {
 	)
 	c := newDBCommand(e, "replay", "replay --filter TERM [--filter TERM...] [--name NAME] [--dry-run] [--rate N]", &filters)
 	c.StringVar(&o.Name, "name", "", "the replay's name, sent as header Outbox-Replay (default replay-<UTC time>)")
+	setsField(c.FlagSet, "name", "Name")
 	c.BoolVar(&o.DryRun, "dry-run", false, "count the done messages that would be replayed; change nothing")
 	c.Float64Var(&o.Rate, "rate", 0, "at most this many messages per second (0: unlimited)")
+	setsField(c.FlagSet, "rate", "Rate")
 	if err := c.parse(e, args); err != nil {
 		return err
 	}
@@ -103,25 +105,31 @@ func runReplay(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if o.Rate < 0 {
-		return usagef("--rate must not be negative")
-	}
 	if o.Name == "" {
 		o.Name = "replay-" + time.Now().UTC().Format("20060102T150405Z")
+	}
+	if err := o.Validate(); err != nil {
+		return replayOptsErr(c.FlagSet, err)
 	}
 	o.Actor, o.Progress = actor(e), progress(e, "replayed")
 	return c.withAdmin(ctx, e, func(a *outbox.Admin) error {
 		n, err := quietAdmin(a).Replay(ctx, f, o)
-		var oe *outbox.ReplayOptsError
-		if errors.As(err, &oe) {
-			return usagef("--%s %s", strings.ToLower(oe.Field), oe.Reason)
-		}
 		if err != nil {
 			return bulkErr(err)
 		}
 		fmt.Fprintln(e.stdout, countLine("replay", "replayed", o.DryRun, n))
 		return nil
 	})
+}
+
+// replayOptsErr is a *outbox.ReplayOptsError named by the flag that sets
+// its field, from the same table as a Config error.
+func replayOptsErr(fs *flag.FlagSet, err error) error {
+	var oe *outbox.ReplayOptsError
+	if errors.As(err, &oe) {
+		return &usageError{msg: flagFor(fs, oe.Field) + " " + oe.Reason, err: oe}
+	}
+	return err
 }
 
 // runDeadMatching runs dead retry or skip over a filter (or, with ids or

@@ -63,12 +63,13 @@ func (r *runFlags) register(fs *flag.FlagSet, defaultSink string) {
 	}
 }
 
-// configFieldAnnotation is the flag annotation naming the outbox.Config
-// field the flag sets: with the flags it is the one table from which a
-// *outbox.ConfigError is rendered with flag names.
+// configFieldAnnotation is the flag annotation naming the field of the
+// library's options (outbox.Config, outbox.ReplayOpts) the flag sets: with
+// the flags it is the one table from which a *outbox.ConfigError or
+// *outbox.ReplayOptsError is rendered with flag names.
 const configFieldAnnotation = "outbox_config_field"
 
-// setsField records that flag name sets the outbox.Config field.
+// setsField records that flag name sets the library's field.
 func setsField(fs *flag.FlagSet, name, field string) {
 	if err := fs.SetAnnotation(name, configFieldAnnotation, []string{field}); err != nil {
 		panic(err) // a flag registered under another name: a bug here
