@@ -53,6 +53,27 @@ func (a *Admin) Migrate(ctx context.Context) error {
 	return err
 }
 
+// EnableShards prepares the table for [LeaseShards] with n shards (1 to
+// 4096): a shard table holding each shard's lease and fencing token, a
+// members table, and a shard column set at insert from aggregate_id. Run
+// it after [Admin.Migrate]; again with the same n it does nothing, and
+// another n is refused. Choose n well above the most dispatchers you will
+// run (16 per dispatcher is plenty): a shard is the unit they share.
+func (a *Admin) EnableShards(ctx context.Context, n int) error {
+	tx, err := a.db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("outbox: enable shards: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	if err := a.store.EnableShards(ctx, tx, n); err != nil {
+		return fmt.Errorf("outbox: enable shards: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("outbox: enable shards: %w", err)
+	}
+	return nil
+}
+
 // DropWakeTrigger removes the table's wake-up trigger: inserts no longer
 // notify, and dispatchers find new rows only by polling (as with
 // [Config.DisableNotify]). [Admin.Migrate] creates it again. It exists to

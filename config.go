@@ -107,6 +107,15 @@ type Config struct {
 	// skips it. Defaults to false.
 	Ordered bool
 
+	// LeaseMode is how messages are owned while they are delivered:
+	// [LeaseRows] (a lease written on each row when it is claimed) or
+	// [LeaseShards] (leases on whole shards of the table, which
+	// [Admin.EnableShards] sets up; each message is written once, when
+	// it is finalized). Shard leases deliver each aggregate in id order,
+	// as Ordered does, and do not support HeartbeatInterval yet.
+	// Defaults to LeaseRows. See docs/shard-leases.md.
+	LeaseMode LeaseMode
+
 	// Owner names this dispatcher in lease_owner (for observability; the
 	// fencing token, not the owner, decides who may write). Defaults to
 	// "host-pid-random".
@@ -168,6 +177,9 @@ func (c *Config) WithDefaults() *Config {
 	if out.Table == "" {
 		out.Table = TableDefault
 	}
+	if out.LeaseMode == "" {
+		out.LeaseMode = LeaseRows
+	}
 	if out.Owner == "" {
 		out.Owner = DefaultOwner()
 	}
@@ -224,6 +236,10 @@ func (c *Config) validate() *ConfigError {
 		return invalid("DeferMaxAge", "must not be negative, got %s", c.DeferMaxAge)
 	case c.Owner == "":
 		return invalid("Owner", "must not be empty")
+	case c.LeaseMode != "" && c.LeaseMode != LeaseRows && c.LeaseMode != LeaseShards:
+		return invalid("LeaseMode", "must be %q or %q, got %q", LeaseRows, LeaseShards, c.LeaseMode)
+	case c.LeaseMode == LeaseShards && c.HeartbeatInterval > 0:
+		return conflict("HeartbeatInterval", "LeaseMode", "is not supported with %[1]s %[2]q yet", LeaseShards)
 	}
 	return nil
 }
@@ -251,3 +267,13 @@ func validNamespace(ns string) bool {
 		return !ok
 	}) < 0
 }
+
+// LeaseMode is how a dispatcher owns the messages it delivers
+// ([Config.LeaseMode]).
+type LeaseMode string
+
+// Lease modes.
+const (
+	LeaseRows   LeaseMode = "rows"
+	LeaseShards LeaseMode = "shards"
+)

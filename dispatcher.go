@@ -38,6 +38,8 @@ type Dispatcher struct {
 	stats   counters
 	breaker breaker
 	sizer   *claimSizer
+	// shards is set under LeaseShards, between the start and end of run.
+	shards *shardLeases
 
 	// runner runs the dispatcher between Start and Stop.
 	runner service.Runner
@@ -158,6 +160,16 @@ func (d *Dispatcher) run(ctx context.Context, drain bool) error {
 		d.store = d.store.Qualified(table.Schema)
 	}
 	channel := table.Channel()
+	if d.cfg.LeaseMode == LeaseShards {
+		n, err := d.store.ShardCount(ctx, d.pool)
+		if err != nil {
+			return fmt.Errorf("outbox: %w", err)
+		}
+		if n == 0 {
+			return fmt.Errorf("outbox: table %s has no shards: enable them first (Admin.EnableShards, outboxd migrate --shards N)", d.store.Table)
+		}
+		d.shards = newShardLeases(d, n)
+	}
 	leases := newLeaseRegistry()
 	var stopListener, stopHeartbeat func()
 	if !d.cfg.DisableNotify {
@@ -176,6 +188,11 @@ func (d *Dispatcher) run(ctx context.Context, drain bool) error {
 	stopService(stopListener)
 	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	if d.shards != nil {
+		if err := d.shards.releaseAll(cleanup); err != nil {
+			d.log.WarnContext(ctx, "could not release shards; they pass on when their leases end", slog.Any("error", err))
+		}
+	}
 	if err := d.store.Unwait(cleanup, d.pool, d.cfg.Owner); err != nil {
 		d.log.DebugContext(ctx, "could not clear waiter row", slog.Any("error", err))
 	}

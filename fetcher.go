@@ -19,6 +19,9 @@ type claimed struct {
 	// clock.
 	dbNow     time.Time
 	claimedAt time.Time
+	// shard is the row's shard under LeaseShards (msg.FencingToken is
+	// then the shard's token).
+	shard int
 }
 
 func (c *claimed) lease() store.Lease { return store.Lease{ID: c.msg.ID, Version: c.msg.FencingToken} }
@@ -119,9 +122,12 @@ func (f *fetcher) claim(ctx context.Context, batch int) ([]store.Row, time.Time,
 	var rows []store.Row
 	var dbNow time.Time
 	var err error
-	if d.cfg.Ordered {
+	switch {
+	case d.shards != nil:
+		rows, dbNow, err = d.shards.claim(claimCtx, batch)
+	case d.cfg.Ordered:
 		rows, dbNow, f.cursor, err = d.store.ClaimOrdered(claimCtx, d.pool, params, f.buf)
-	} else {
+	default:
 		rows, dbNow, err = d.store.Claim(claimCtx, d.pool, params, f.buf)
 	}
 	if err == nil {
@@ -154,6 +160,7 @@ func (f *fetcher) emit(rows []store.Row, start, dbNow time.Time) {
 			},
 			dbNow:     dbNow,
 			claimedAt: claimedAt,
+			shard:     r.Shard,
 		}
 		leases[i] = claims[i].lease()
 	}

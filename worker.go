@@ -33,7 +33,9 @@ type worker struct {
 // started are released instead of published.
 func (w *worker) run(ctx context.Context, in <-chan *claimed, out chan<- verdict) {
 	for c := range in {
-		out <- w.process(ctx, c)
+		v := w.process(ctx, c)
+		v.write.Shard = c.shard
+		out <- v
 	}
 }
 

@@ -111,13 +111,12 @@ func rowStep(st *store.Store, batch int) deliveryStep {
 func shardStep(b *testing.B, st *store.Store, pool *pgxpool.Pool, owner string, take, perShard int) deliveryStep {
 	held, err := st.AcquireShards(context.Background(), pool, owner, time.Hour, take)
 	require.NoError(b, err)
-	leases := leasesOf(held)
 	return func(ctx context.Context, pool *pgxpool.Pool) (int, error) {
-		rows, err := st.ReadShards(ctx, pool, shardsOf(held), nil, perShard)
+		rows, _, err := st.ReadShards(ctx, pool, shardsOf(held), nil, perShard)
 		if err != nil {
 			return 0, err
 		}
-		_, err = st.FinalizeShards(ctx, pool, owner, leases, doneWrites(rows))
+		_, err = st.FinalizeShards(ctx, pool, owner, doneWrites(held, rows))
 		return len(rows), err
 	}
 }

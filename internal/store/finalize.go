@@ -26,6 +26,9 @@ type RowWrite struct {
 	Status       string        // pending, done or dead
 	Delay        time.Duration // pending only: available_at = now() + Delay
 	Refund       bool          // give the claim's attempt back (defer, release)
+	// Shard is the row's shard under shard leases (FinalizeShards), where
+	// LeaseVersion is that shard's token.
+	Shard int
 	// Error is last_error, ignored for done. Any bytes are accepted: the
 	// store writes them as valid UTF-8 without NUL, at most 500 bytes.
 	Error string

@@ -2,17 +2,15 @@ package store
 
 import (
 	"context"
+	"time"
 )
 
-// ShardRow is a pending row read under a shard lease.
-type ShardRow struct {
-	Row
-	Shard int
-}
-
 // ReadShards returns up to perShard pending rows of each shard, oldest
-// first, skipping the ids in inFlight. It locks and writes nothing.
-func (s *Store) ReadShards(ctx context.Context, db DB, shards []int, inFlight []int64, perShard int) ([]ShardRow, error) {
+// first, each the head of its aggregate (no earlier unfinished row), and
+// skipping the ids in inFlight. It locks and writes nothing. Each row's
+// Attempts is the delivery about to be made (failures so far plus one),
+// its Shard set; LeaseVersion is left for the caller (the shard's token).
+func (s *Store) ReadShards(ctx context.Context, db DB, shards []int, inFlight []int64, perShard int) ([]Row, time.Time, error) {
 	ids := make([]int32, len(shards))
 	for i, n := range shards {
 		ids[i] = int32(n)
@@ -22,50 +20,49 @@ func (s *Store) ReadShards(ctx context.Context, db DB, shards []int, inFlight []
 	}
 	rows, err := db.Query(ctx, s.shards.read, ids, inFlight, perShard)
 	if err != nil {
-		return nil, translate(err)
+		return nil, time.Time{}, translate(err)
 	}
 	defer rows.Close()
-	var out []ShardRow
+	var out []Row
+	var now time.Time
 	for rows.Next() {
-		var r ShardRow
+		var r Row
 		var payload string
 		var headers *string
-		var now any
 		if err := rows.Scan(&r.ID, &r.AggregateType, &r.AggregateID, &r.EventType, &payload,
 			&r.CreatedAt, &r.Attempts, &headers, &r.Shard, &now); err != nil {
-			return nil, translate(err)
+			return nil, time.Time{}, translate(err)
 		}
+		r.Attempts++
 		r.Payload = []byte(payload)
 		r.setHeaders(headers)
 		out = append(out, r)
 	}
-	return out, translate(rows.Err())
-}
-
-// ShardWrite is one row's outcome under a shard lease. Done rows are the
-// happy path; the others are the exceptions, which also count an attempt
-// (Attempts) where the outcome was a failed publish.
-type ShardWrite struct {
-	ID       int64
-	Shard    int
-	Status   string
-	Delay    int64 // microseconds, pending only
-	Attempts int
-	Error    string
+	return out, now, translate(rows.Err())
 }
 
 // FinalizeShards writes outcomes in one statement, fenced on each shard's
-// token (see sql/shard_finalize.sql); it returns per write whether it was
-// made. A write of a shard no longer held, or of a row no longer pending,
-// is not.
-func (s *Store) FinalizeShards(ctx context.Context, db DB, owner string, leases []ShardLease, writes []ShardWrite) ([]bool, error) {
-	shards, tokens := splitLeases(leases)
+// token (each write's Shard and LeaseVersion; see sql/shard_finalize.sql),
+// and returns per write whether it was made. A write of a shard no longer
+// held, or of a row no longer pending, is not. A pending or dead write
+// counts a failed delivery in attempts unless Refund is set.
+func (s *Store) FinalizeShards(ctx context.Context, db DB, owner string, writes []RowWrite) ([]bool, error) {
 	n := len(writes)
 	ids, statuses, delays := make([]int64, n), make([]string, n), make([]int64, n)
 	attempts, errs := make([]int32, n), make([]string, n)
+	seen := map[ShardLease]bool{}
+	var leases []ShardLease
 	for i, w := range writes {
-		ids[i], statuses[i], delays[i], attempts[i], errs[i] = w.ID, w.Status, w.Delay, int32(w.Attempts), storable(w.Error, maxErrorText)
+		ids[i], statuses[i], delays[i], errs[i] = w.ID, w.Status, w.Delay.Microseconds(), storable(w.Error, maxErrorText)
+		if w.Status != StatusDone && !w.Refund {
+			attempts[i] = 1
+		}
+		if l := (ShardLease{Shard: w.Shard, Token: w.LeaseVersion}); !seen[l] {
+			seen[l] = true
+			leases = append(leases, l)
+		}
 	}
+	shards, tokens := splitLeases(leases)
 	rows, err := db.Query(ctx, s.shards.finalize, ownerText(owner), shards, tokens, ids, statuses, delays, attempts, errs)
 	if err != nil {
 		return nil, translate(err)

@@ -48,12 +48,24 @@ func shardsOf(a []store.AcquiredShard) []int {
 	return out
 }
 
-func doneWrites(rows []store.ShardRow) []store.ShardWrite {
-	out := make([]store.ShardWrite, len(rows))
+// doneWrites are done writes for rows read under leases.
+func doneWrites(leases []store.AcquiredShard, rows []store.Row) []store.RowWrite {
+	token := map[int]int64{}
+	for _, l := range leases {
+		token[l.Shard] = l.Token
+	}
+	out := make([]store.RowWrite, len(rows))
 	for i, r := range rows {
-		out[i] = store.ShardWrite{ID: r.ID, Shard: r.Shard, Status: store.StatusDone}
+		out[i] = store.RowWrite{ID: r.ID, Shard: r.Shard, LeaseVersion: token[r.Shard], Status: store.StatusDone}
 	}
 	return out
+}
+
+func (b *testBundle) readShards(t *testing.T, held []store.AcquiredShard, inFlight []int64, perShard int) []store.Row {
+	t.Helper()
+	rows, _, err := b.st.ReadShards(t.Context(), b.pool, shardsOf(held), inFlight, perShard)
+	require.NoError(t, err)
+	return rows
 }
 
 func TestEnableShards(t *testing.T) {
@@ -117,10 +129,7 @@ func TestShardReadAndFinalize(t *testing.T) {
 	require.NoError(t, b.enableShards(t, 4))
 	ids := b.enqueueN(t, 12)
 	a := b.acquire(t, "A", 4)
-	shards := shardsOf(a)
-
-	rows, err := b.st.ReadShards(t.Context(), b.pool, shards, []int64{ids[0]}, 100)
-	require.NoError(t, err)
+	rows := b.readShards(t, a, []int64{ids[0]}, 100)
 	require.Len(t, rows, 11, "every pending row but the one in flight")
 	last := map[int]int64{}
 	for _, r := range rows {
@@ -128,10 +137,10 @@ func TestShardReadAndFinalize(t *testing.T) {
 		last[r.Shard] = r.ID
 	}
 
-	writes := doneWrites(rows)
-	writes[0].Status, writes[0].Delay, writes[0].Attempts, writes[0].Error = store.StatusPending, time.Hour.Microseconds(), 1, "503"
-	writes[1].Status, writes[1].Attempts, writes[1].Error = store.StatusDead, 1, "422"
-	made, err := b.st.FinalizeShards(t.Context(), b.pool, "A", leasesOf(a), writes)
+	writes := doneWrites(a, rows)
+	writes[0].Status, writes[0].Delay, writes[0].Error = store.StatusPending, time.Hour, "503"
+	writes[1].Status, writes[1].Error = store.StatusDead, "422"
+	made, err := b.st.FinalizeShards(t.Context(), b.pool, "A", writes)
 	require.NoError(t, err)
 	for i, m := range made {
 		require.True(t, m, "write %d", i)
@@ -143,8 +152,7 @@ func TestShardReadAndFinalize(t *testing.T) {
 	require.Equal(t, store.StatusDead, b.row(t, writes[1].ID).Status)
 	require.Equal(t, store.StatusDone, b.row(t, writes[2].ID).Status)
 
-	rows, err = b.st.ReadShards(t.Context(), b.pool, shards, nil, 100)
-	require.NoError(t, err)
+	rows = b.readShards(t, a, nil, 100)
 	require.Len(t, rows, 1, "only the row that was in flight: done, dead and backed-off rows are not read")
 	require.Equal(t, ids[0], rows[0].ID)
 }
@@ -156,8 +164,7 @@ func TestShardFenceAfterTakeover(t *testing.T) {
 	require.NoError(t, b.enableShards(t, 1))
 	b.enqueueN(t, 3)
 	a := b.acquire(t, "A", 1)
-	rows, err := b.st.ReadShards(t.Context(), b.pool, shardsOf(a), nil, 10)
-	require.NoError(t, err)
+	rows := b.readShards(t, a, nil, 10)
 	require.Len(t, rows, 3)
 
 	b.expireShards(t) // A stalls past its lease
@@ -165,13 +172,13 @@ func TestShardFenceAfterTakeover(t *testing.T) {
 	require.Len(t, took, 1)
 	require.Equal(t, a[0].Token+1, took[0].Token)
 
-	made, err := b.st.FinalizeShards(t.Context(), b.pool, "A", leasesOf(a), doneWrites(rows))
+	made, err := b.st.FinalizeShards(t.Context(), b.pool, "A", doneWrites(a, rows))
 	require.NoError(t, err)
 	require.Equal(t, []bool{false, false, false}, made, "the old token writes nothing")
 	for _, r := range rows {
 		require.Equal(t, store.StatusPending, b.row(t, r.ID).Status)
 	}
-	made, err = b.st.FinalizeShards(t.Context(), b.pool, "B", leasesOf(took), doneWrites(rows))
+	made, err = b.st.FinalizeShards(t.Context(), b.pool, "B", doneWrites(took, rows))
 	require.NoError(t, err)
 	require.Equal(t, []bool{true, true, true}, made)
 }
@@ -185,14 +192,13 @@ func TestShardFenceFinalizeBeforeTakeover(t *testing.T) {
 	require.NoError(t, b.enableShards(t, 1))
 	b.enqueueN(t, 3)
 	a := b.acquire(t, "A", 1)
-	rows, err := b.st.ReadShards(t.Context(), b.pool, shardsOf(a), nil, 10)
-	require.NoError(t, err)
+	rows := b.readShards(t, a, nil, 10)
 	b.expireShards(t) // A's lease ran out, but nobody took the shard yet
 
 	tx, err := b.pool.Begin(t.Context())
 	require.NoError(t, err)
 	defer tx.Rollback(context.WithoutCancel(t.Context())) //nolint:errcheck // after Commit, a no-op
-	made, err := b.st.FinalizeShards(t.Context(), tx, "A", leasesOf(a), doneWrites(rows))
+	made, err := b.st.FinalizeShards(t.Context(), tx, "A", doneWrites(a, rows))
 	require.NoError(t, err)
 	require.Equal(t, []bool{true, true, true}, made, "the token still holds")
 
@@ -201,8 +207,7 @@ func TestShardFenceFinalizeBeforeTakeover(t *testing.T) {
 
 	took := b.acquire(t, "B", 1)
 	require.Len(t, took, 1)
-	again, err := b.st.ReadShards(t.Context(), b.pool, shardsOf(took), nil, 10)
-	require.NoError(t, err)
+	again := b.readShards(t, took, nil, 10)
 	require.Empty(t, again, "the new owner does not deliver what the old one finalized")
 }
 
@@ -222,7 +227,7 @@ func TestShardStrikes(t *testing.T) {
 		require.Equal(t, ids[0], *a[0].StrikeID)
 	}
 
-	made, err := b.st.FinalizeShards(t.Context(), b.pool, "B", leasesOf(a), []store.ShardWrite{{ID: ids[0], Status: store.StatusDone}})
+	made, err := b.st.FinalizeShards(t.Context(), b.pool, "B", []store.RowWrite{{ID: ids[0], Shard: a[0].Shard, LeaseVersion: a[0].Token, Status: store.StatusDone}})
 	require.NoError(t, err)
 	require.Equal(t, []bool{true}, made)
 	b.expireShards(t)
@@ -262,4 +267,26 @@ func TestShardReadPlan(t *testing.T) {
 		require.NotContains(t, plan, "outbox_pkey", plan)
 		require.NotContains(t, plan, "Seq Scan", plan)
 	}
+}
+
+// Only an aggregate's head is read: its successors wait while it is in
+// flight or backing off, other aggregates do not.
+func TestShardReadHeadsOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.NoError(t, b.enableShards(t, 1))
+	ids := b.enqueue(t, msg{"x", "E"}, msg{"x", "E"}, msg{"y", "E"})
+	a := b.acquire(t, "A", 1)
+
+	require.Equal(t, []int64{ids[0], ids[2]}, rowIDs(b.readShards(t, a, nil, 10)))
+	require.Equal(t, []int64{ids[2]}, rowIDs(b.readShards(t, a, []int64{ids[0]}, 10)), "x's head is in flight")
+
+	retry := doneWrites(a, b.readShards(t, a, nil, 1))
+	retry[0].Status, retry[0].Delay = store.StatusPending, time.Hour
+	_, err := b.st.FinalizeShards(t.Context(), b.pool, "A", retry)
+	require.NoError(t, err)
+	require.Equal(t, []int64{ids[2]}, rowIDs(b.readShards(t, a, nil, 10)), "x's head backs off, and x waits with it")
+
+	b.exec(t, "UPDATE {{table}} SET status = 'done' WHERE id = $1", ids[0])
+	require.Equal(t, []int64{ids[1], ids[2]}, rowIDs(b.readShards(t, a, nil, 10)))
 }

@@ -192,6 +192,9 @@ type Row struct {
 	// BadHeaders reports a headers column that is not a JSON object (written
 	// by hand): it is not passed on.
 	BadHeaders bool
+	// Shard is the row's shard under shard leases (ReadShards), whose
+	// token is then LeaseVersion; 0 otherwise.
+	Shard int
 }
 
 // setHeaders decodes a claimed row's headers column (nil for SQL NULL).

@@ -1,7 +1,11 @@
 -- Read pending rows of the shards held, oldest first, per shard, without
 -- locking or writing anything: the shard's lease is the ownership. No id
 -- cursor: a row whose id is below others but committed later is read the
--- next time. $1 shards, $2 ids already in flight, $3 rows per shard.
+-- next time. Only the head of each aggregate is read (no earlier row of
+-- it unfinished, in flight included: those are pending), so an
+-- aggregate's messages are delivered one at a time, in id order, and a
+-- failing or dead one holds back its own aggregate only.
+-- $1 shards, $2 ids already in flight, $3 rows per shard.
 --
 -- The shard is matched as a range of one, not with =: an equality makes
 -- the planner drop shard from the ORDER BY, and "ORDER BY id" alone is
@@ -13,5 +17,8 @@ FROM unnest($1::integer[]) AS s(shard),
      LATERAL (SELECT * FROM {{table}} AS o
               WHERE o.shard >= s.shard AND o.shard <= s.shard AND o.status = 'pending'
                 AND o.available_at <= now() AND o.id <> ALL ($2::bigint[])
+                AND NOT EXISTS (SELECT 1 FROM {{table}} AS p
+                                WHERE p.aggregate_id = o.aggregate_id AND p.status <> 'done'
+                                  AND p.id < o.id)
               ORDER BY o.shard, o.id
               LIMIT $3) AS o

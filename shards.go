@@ -1,0 +1,233 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/outboxd/outbox/internal/store"
+)
+
+// shardLeases is the fetcher's and completer's side of [LeaseShards]: the
+// shards this dispatcher holds and their tokens, its fair share, the ids
+// in flight (pending in the table, so they must not be read again), and
+// the shards taken over with strikes, which are delivered one message at a
+// time until their head changes (docs/shard-leases.md).
+type shardLeases struct {
+	d     *Dispatcher
+	count int // the table's shards
+
+	mu        sync.Mutex
+	held      map[int]int64 // shard → token
+	struck    map[int]int64 // shard → the head its strikes are against
+	inFlight  map[int64]int // id → shard
+	renewedAt time.Time
+}
+
+func newShardLeases(d *Dispatcher, count int) *shardLeases {
+	return &shardLeases{d: d, count: count, held: map[int]int64{}, struck: map[int]int64{}, inFlight: map[int64]int{}}
+}
+
+// claim renews and balances the leases when due, then reads the heads of
+// the held shards: up to batch rows, one per struck shard with nothing in
+// flight.
+func (s *shardLeases) claim(ctx context.Context, batch int) ([]store.Row, time.Time, error) {
+	if err := s.maintain(ctx); err != nil {
+		return nil, time.Time{}, err
+	}
+	plain, struck, exclude := s.readPlan()
+	var rows []store.Row
+	var now time.Time
+	if len(plain) > 0 {
+		got, at, err := s.d.store.ReadShards(ctx, s.d.pool, plain, exclude, max(1, batch/len(plain)))
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		rows, now = got, at
+	}
+	if len(struck) > 0 {
+		got, at, err := s.d.store.ReadShards(ctx, s.d.pool, struck, exclude, 1)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		rows, now = append(rows, got...), at
+	}
+	if len(rows) > batch {
+		rows = rows[:batch]
+	}
+	return s.lease(rows), now, nil
+}
+
+// readPlan splits the held shards into those read normally and the
+// struck ones free to deliver their next message, and lists the ids in
+// flight.
+func (s *shardLeases) readPlan() (plain, struck []int, exclude []int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	busy := map[int]bool{}
+	for id, shard := range s.inFlight {
+		exclude = append(exclude, id)
+		busy[shard] = true
+	}
+	for shard := range s.held {
+		if _, ok := s.struck[shard]; !ok {
+			plain = append(plain, shard)
+		} else if !busy[shard] {
+			struck = append(struck, shard)
+		}
+	}
+	slices.Sort(plain)
+	slices.Sort(struck)
+	return plain, struck, exclude
+}
+
+// lease stamps each row with its shard's token and records it in flight.
+// A struck shard whose head changed is delivered normally again.
+func (s *shardLeases) lease(rows []store.Row) []store.Row {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range rows {
+		r := &rows[i]
+		r.LeaseVersion = s.held[r.Shard]
+		s.inFlight[r.ID] = r.Shard
+		if head, ok := s.struck[r.Shard]; ok && head != r.ID {
+			delete(s.struck, r.Shard)
+		}
+	}
+	return rows
+}
+
+// settled forgets the ids of a finalized batch (written or not: a row left
+// pending is read again).
+func (s *shardLeases) settled(writes []store.RowWrite) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range writes {
+		delete(s.inFlight, w.ID)
+	}
+}
+
+// maintain renews the leases every third of a lease, and takes or gives
+// back shards towards ceil(shards / dispatchers alive).
+func (s *shardLeases) maintain(ctx context.Context) error {
+	d := s.d
+	s.mu.Lock()
+	due := time.Since(s.renewedAt) >= d.cfg.Lease/3 || len(s.held) == 0 && time.Since(s.renewedAt) >= d.cfg.PollInterval
+	s.mu.Unlock()
+	if !due {
+		return nil
+	}
+	held, alive, err := d.store.RenewShards(ctx, d.pool, d.cfg.Owner, d.cfg.Lease)
+	if err != nil {
+		return err
+	}
+	share := (s.count + alive - 1) / alive
+	s.mu.Lock()
+	s.renewedAt = time.Now()
+	s.held = map[int]int64{}
+	for _, l := range held {
+		s.held[l.Shard] = l.Token
+	}
+	extra := s.extras(share)
+	want := share - len(s.held)
+	s.mu.Unlock()
+	if len(extra) > 0 {
+		return s.release(ctx, extra)
+	}
+	if want > 0 {
+		return s.acquire(ctx, want)
+	}
+	return nil
+}
+
+// extras are held shards beyond share with nothing in flight, highest
+// first; s.mu is held.
+func (s *shardLeases) extras(share int) []store.ShardLease {
+	busy := map[int]bool{}
+	for _, shard := range s.inFlight {
+		busy[shard] = true
+	}
+	var out []store.ShardLease
+	shards := make([]int, 0, len(s.held))
+	for shard := range s.held {
+		shards = append(shards, shard)
+	}
+	slices.Sort(shards)
+	for i := len(shards) - 1; i >= 0 && len(s.held)-len(out) > share; i-- {
+		if !busy[shards[i]] {
+			out = append(out, store.ShardLease{Shard: shards[i], Token: s.held[shards[i]]})
+		}
+	}
+	return out
+}
+
+func (s *shardLeases) acquire(ctx context.Context, n int) error {
+	d := s.d
+	got, err := d.store.AcquireShards(ctx, d.pool, d.cfg.Owner, d.cfg.Lease, n)
+	if err != nil {
+		return err
+	}
+	for _, a := range got {
+		s.mu.Lock()
+		s.held[a.Shard] = a.Token
+		s.mu.Unlock()
+		if a.Strikes == 0 || a.StrikeID == nil {
+			continue
+		}
+		if a.Strikes >= d.cfg.MaxAttempts {
+			if err := s.bury(ctx, a); err != nil {
+				return err
+			}
+			continue
+		}
+		s.mu.Lock()
+		s.struck[a.Shard] = *a.StrikeID
+		s.mu.Unlock()
+		d.log.WarnContext(ctx, "took over a shard whose owner died with this message oldest: delivering it alone",
+			slog.Int("shard", a.Shard), slog.Int64("outbox_id", *a.StrikeID), slog.Int("strikes", a.Strikes))
+	}
+	return nil
+}
+
+// bury writes dead a shard's head that was oldest each time an owner died
+// MaxAttempts times in a row.
+func (s *shardLeases) bury(ctx context.Context, a store.AcquiredShard) error {
+	msg := fmt.Sprintf("dispatcher died %d times delivering this message", a.Strikes)
+	_, err := s.d.store.FinalizeShards(ctx, s.d.pool, s.d.cfg.Owner, []store.RowWrite{{
+		ID: *a.StrikeID, Shard: a.Shard, LeaseVersion: a.Token, Status: store.StatusDead, Error: msg, Refund: true,
+	}})
+	if err == nil {
+		s.d.stats.count(OutcomeDead)
+		s.d.log.ErrorContext(ctx, "message went dead: it crashed its dispatchers", slog.Int64("outbox_id", *a.StrikeID), slog.Int("strikes", a.Strikes))
+	}
+	return err
+}
+
+func (s *shardLeases) release(ctx context.Context, leases []store.ShardLease) error {
+	_, err := s.d.store.ReleaseShards(ctx, s.d.pool, s.d.cfg.Owner, leases)
+	s.mu.Lock()
+	for _, l := range leases {
+		delete(s.held, l.Shard)
+		delete(s.struck, l.Shard)
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// releaseAll gives every held shard back, at shutdown once every verdict
+// is written, so another dispatcher takes them at once and strikes nothing.
+func (s *shardLeases) releaseAll(ctx context.Context) error {
+	s.mu.Lock()
+	leases := make([]store.ShardLease, 0, len(s.held))
+	for shard, token := range s.held {
+		leases = append(leases, store.ShardLease{Shard: shard, Token: token})
+	}
+	s.mu.Unlock()
+	if len(leases) == 0 {
+		return nil
+	}
+	return s.release(ctx, leases)
+}

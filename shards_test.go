@@ -1,0 +1,208 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outbox"
+)
+
+// shardBundle is a bundle whose table has n shards.
+func shardBundle(t *testing.T, n int) *testBundle {
+	t.Helper()
+	b := setup(t)
+	require.NoError(t, b.admin.EnableShards(t.Context(), n))
+	return b
+}
+
+func shardConfig(cfg outbox.Config) *outbox.Config {
+	cfg.LeaseMode = outbox.LeaseShards
+	return &cfg
+}
+
+// expireShards ends every shard lease and membership now, as if their
+// owners had died: a dispatcher counts as alive for a lease after it last
+// renewed, and takes only its share of the shards meanwhile.
+func (b *testBundle) expireShards(t *testing.T) {
+	t.Helper()
+	b.exec(t, "UPDATE "+pgx.Identifier{b.schema, "outbox_shards"}.Sanitize()+
+		" SET lease_until = now() - interval '1 second' WHERE owner IS NOT NULL")
+	b.exec(t, "UPDATE "+pgx.Identifier{b.schema, "outbox_shard_members"}.Sanitize()+
+		" SET seen = now() - interval '1 hour'")
+}
+
+// Each message is delivered once, each aggregate in id order, and the
+// shards are free again once the dispatcher stops.
+func TestShardLeasesDeliverInOrder(t *testing.T) {
+	t.Parallel()
+	b := shardBundle(t, 4)
+	want := map[string][]int64{}
+	for _, agg := range []string{"a", "b", "c", "d", "e"} {
+		want[agg] = b.enqueueN(t, 10, agg)
+	}
+	rec := newRecorder(nil)
+	drain(t, b.dispatcher(t, rec.Sink(), shardConfig(outbox.Config{Workers: 8, BatchSize: 16})))
+
+	got := map[string][]int64{}
+	for _, m := range rec.Messages() {
+		got[m.AggregateID] = append(got[m.AggregateID], m.ID)
+		require.Equal(t, 1, m.Attempt)
+	}
+	require.Equal(t, want, got, "each aggregate once, in id order")
+	require.Equal(t, 50, b.countStatus(t, "done"))
+	var held int
+	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT count(*) FROM "+
+		pgx.Identifier{b.schema, "outbox_shards"}.Sanitize()+" WHERE owner IS NOT NULL").Scan(&held))
+	require.Zero(t, held, "a stopped dispatcher releases its shards")
+}
+
+// A failing message holds back its own aggregate only, and counts its
+// attempts; a retry is delivered after its backoff.
+func TestShardLeasesRetryHoldsBackItsAggregate(t *testing.T) {
+	t.Parallel()
+	b := shardBundle(t, 1)
+	a := b.enqueueN(t, 2, "a")
+	other := b.enqueueN(t, 1, "b")
+	var mu sync.Mutex
+	var order []int64
+	rec := newRecorder(func(_ context.Context, m *outbox.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		order = append(order, m.ID)
+		if m.ID == a[0] && m.Attempt == 1 {
+			return errors.New("receiver busy")
+		}
+		return nil
+	})
+	drain(t, b.dispatcher(t, rec.Sink(), shardConfig(outbox.Config{RetryBase: 50 * time.Millisecond, RetryCap: 50 * time.Millisecond})))
+
+	require.Equal(t, "done", b.row(t, a[1]).Status)
+	mu.Lock()
+	defer mu.Unlock()
+	first := map[int64]int{}
+	for i, id := range order {
+		if _, ok := first[id]; !ok {
+			first[id] = i
+		}
+	}
+	require.Less(t, first[other[0]], first[a[1]], "b went ahead while a's head backed off")
+	require.Equal(t, []int64{a[0], a[1]}, []int64{order[len(order)-2], order[len(order)-1]}, "a's successor after its head's retry")
+	require.Equal(t, 1, b.row(t, a[0]).Attempts, "one failed delivery")
+}
+
+// A dispatcher that stalls past its shard leases loses them: the one that
+// takes over delivers the stalled message again, and the stalled
+// dispatcher's late finalize writes nothing.
+func TestShardLeasesTakeoverFencesTheStalledDispatcher(t *testing.T) {
+	t.Parallel()
+	b := shardBundle(t, 2)
+	ids := b.enqueueN(t, 1, "a")
+	g := newGate()
+	stalledSink := outbox.SinkFunc(func(ctx context.Context, m *outbox.Message) error {
+		g.wait(ctx, m.ID)
+		return nil
+	})
+	stalled := b.dispatcher(t, stalledSink, shardConfig(outbox.Config{Lease: 30 * time.Second}))
+	start(t, stalled)
+	require.Equal(t, ids[0], g.next(t))
+
+	b.expireShards(t)
+	rec := newRecorder(nil)
+	drain(t, b.dispatcher(t, rec.Sink(), shardConfig(outbox.Config{Lease: 30 * time.Second})))
+	require.Equal(t, ids, rec.IDs(), "the new owner delivered it")
+	require.Equal(t, "done", b.row(t, ids[0]).Status)
+
+	g.Open()
+	eventually(t, func() bool { return stalled.Stats().LeaseLost == 1 }, "the stalled finalize was fenced off")
+	require.Zero(t, stalled.Stats().Done)
+}
+
+// A message that kills every dispatcher delivering it goes dead after
+// MaxAttempts deaths; the healthy messages of its shard are delivered, and
+// none of them takes a strike.
+func TestShardLeasesPoisonGoesDead(t *testing.T) {
+	t.Parallel()
+	b := shardBundle(t, 1)
+	before := b.enqueueN(t, 3, "x")
+	poison := b.enqueueN(t, 1, "p")[0]
+	after := b.enqueueN(t, 3, "y")
+	reached := make(chan struct{}, 10)
+	hang := make(chan struct{})
+	sink := outbox.SinkFunc(func(ctx context.Context, m *outbox.Message) error {
+		if m.ID != poison {
+			return nil
+		}
+		reached <- struct{}{}
+		select { // a dispatcher that never comes back from this publish
+		case <-hang:
+		case <-ctx.Done():
+		}
+		return errors.New("never returned")
+	})
+	cfg := shardConfig(outbox.Config{Lease: 30 * time.Second, MaxAttempts: 3})
+	for range cfg.MaxAttempts {
+		start(t, b.dispatcher(t, sink, cfg))
+		select {
+		case <-reached:
+		case <-time.After(10 * time.Second):
+			require.FailNow(t, "the poison message was not delivered")
+		}
+		// The others were delivered beside it; then that dispatcher dies.
+		eventually(t, func() bool { return b.tryCount("done") == 6 })
+		b.expireShards(t)
+	}
+	t.Cleanup(func() { close(hang) })
+
+	drain(t, b.dispatcher(t, sink, cfg))
+	r := b.row(t, poison)
+	require.Equal(t, "dead", r.Status)
+	require.Contains(t, *r.LastError, "died 3 times")
+	for _, id := range append(before, after...) {
+		require.Equal(t, "done", b.row(t, id).Status)
+	}
+}
+
+// Dispatchers share the shards without a leader: a second one gets half,
+// and when it stops the first takes them all back.
+func TestShardLeasesBalance(t *testing.T) {
+	t.Parallel()
+	b := shardBundle(t, 8)
+	held := func() map[string]int {
+		rows, err := b.pool.Query(t.Context(), "SELECT owner, count(*)::int FROM "+
+			pgx.Identifier{b.schema, "outbox_shards"}.Sanitize()+" WHERE owner IS NOT NULL GROUP BY owner")
+		require.NoError(t, err)
+		out := map[string]int{}
+		for rows.Next() {
+			var o string
+			var n int
+			require.NoError(t, rows.Scan(&o, &n))
+			out[o] = n
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	cfg := shardConfig(outbox.Config{Lease: 600 * time.Millisecond, PublishTimeout: 200 * time.Millisecond})
+	a := *cfg
+	a.Owner = "A"
+	start(t, b.dispatcher(t, newRecorder(nil).Sink(), &a))
+	eventually(t, func() bool { return held()["A"] == 8 }, "A alone holds every shard")
+
+	second := *cfg
+	second.Owner = "B"
+	d := b.dispatcher(t, newRecorder(nil).Sink(), &second)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	eventually(t, func() bool { h := held(); return h["A"] == 4 && h["B"] == 4 }, "A and B hold half each")
+
+	cancel()
+	require.NoError(t, <-done)
+	require.Zero(t, held()["B"], "B released its shards when it stopped")
+	eventually(t, func() bool { return held()["A"] == 8 }, "A takes them all back")
+}
