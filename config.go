@@ -274,6 +274,6 @@ type LeaseMode string
 
 // Lease modes.
 const (
-	LeaseRows   LeaseMode = "rows"
-	LeaseShards LeaseMode = "shards"
+	LeaseRows   LeaseMode = "row"
+	LeaseShards LeaseMode = "shard"
 )

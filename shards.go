@@ -42,7 +42,7 @@ func (s *shardLeases) claim(ctx context.Context, batch int) ([]store.Row, time.T
 	var rows []store.Row
 	var now time.Time
 	if len(plain) > 0 {
-		got, at, err := s.d.store.ReadShards(ctx, s.d.pool, plain, exclude, max(1, batch/len(plain)))
+		got, at, err := s.d.store.ReadShards(ctx, s.d.pool, plain, exclude, (batch+len(plain)-1)/len(plain))
 		if err != nil {
 			return nil, time.Time{}, err
 		}

@@ -44,6 +44,9 @@ type Config struct {
 	Rate    int
 	// Keep leaves the bench schemas in place.
 	Keep bool
+	// Shards, when positive, sets each table up with that many shards
+	// (for a dispatcher with LeaseShards).
+	Shards int
 	// Sink is where drained messages go.
 	Sink outbox.Sink
 	// HTTPSink opens the HTTP sink to a URL (Latency).
@@ -128,6 +131,11 @@ func (b *Benchmarker) table(ctx context.Context, doneRows, pending int) (*benchT
 	t.admin = a
 	if err := a.Migrate(ctx); err != nil {
 		return nil, drop, err
+	}
+	if b.cfg.Shards > 0 {
+		if err := a.EnableShards(ctx, b.cfg.Shards); err != nil {
+			return nil, drop, err
+		}
 	}
 	fill := t.sql("fill.sql")
 	for _, part := range []struct {

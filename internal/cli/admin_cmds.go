@@ -23,16 +23,21 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 		lf          logFlags
 		dryRun      bool
 		lockTimeout time.Duration
+		shards      int
 	)
-	c := newDBCommand(e, "migrate", "migrate [--dsn DSN] [--table NAME] [--dry-run] [--lock-timeout 2s]", &lf)
+	c := newDBCommand(e, "migrate", "migrate [--dsn DSN] [--table NAME] [--dry-run] [--lock-timeout 2s] [--shards N]", &lf)
 	c.BoolVar(&dryRun, "dry-run", false, "print the SQL migrate would run (nothing for a current table) and change nothing")
 	durVar(c.FlagSet, &lockTimeout, "lock-timeout", outbox.MigrateLockTimeoutDefault,
 		"longest wait of a DDL statement for its table lock before it is rolled back and retried")
+	c.IntVar(&shards, "shards", 0, "also set the table up for --lease-mode shard with N shards (1-4096; cannot be changed later); 0 = not")
 	if err := c.parse(e, args); err != nil {
 		return err
 	}
 	if lockTimeout <= 0 {
 		return usagef("--lock-timeout must be positive, got %s", lockTimeout)
+	}
+	if shards < 0 || shards > 4096 || shards > 0 && dryRun {
+		return usagef("--shards must be 1 to 4096 (and without --dry-run), got %d", shards)
 	}
 	logger, err := lf.logger(e.stderr)
 	if err != nil {
@@ -45,6 +50,11 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 			return err
 		case dryRun:
 			fmt.Fprint(e.stdout, res.SQL)
+		case shards > 0:
+			if err := a.EnableShards(ctx, shards); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "migrated table %s with %d shards\n", c.db.table, shards)
 		default:
 			fmt.Fprintf(e.stdout, "migrated table %s\n", c.db.table)
 		}

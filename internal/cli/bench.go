@@ -27,6 +27,16 @@ type benchOpts struct {
 	duration  time.Duration
 	latency   bool
 	rate      int
+	shards    int
+}
+
+// shardCount is how many shards the bench tables get: none unless the
+// dispatcher runs on shard leases.
+func (o *benchOpts) shardCount() int {
+	if outbox.LeaseMode(o.rf.leaseMode) != outbox.LeaseShards {
+		return 0
+	}
+	return o.shards
 }
 
 func runBench(ctx context.Context, e *env, args []string) error {
@@ -68,7 +78,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	return bench.New(pool, &bench.Config{
 		Messages: o.messages, DoneRows: o.doneRows, Variant: o.variant,
 		Producers: o.producers, Rounds: o.rounds, Duration: o.duration,
-		Latency: o.latency, Rate: o.rate, Keep: o.keep,
+		Latency: o.latency, Rate: o.rate, Keep: o.keep, Shards: o.shardCount(),
 		Sink: sink,
 		HTTPSink: func(url string) (outbox.Sink, error) {
 			return openSink(url, &sinkEnv{stdout: e.stdout, logger: logger})
@@ -87,6 +97,7 @@ func (o *benchOpts) register(fs *flag.FlagSet) {
 	durVar(fs, &o.duration, "duration", 5*time.Second, "length of each producer phase")
 	fs.IntVar(&o.rounds, "rounds", 3, "producer phases are alternated this many times; the median counts")
 	fs.BoolVar(&o.keep, "keep", false, "keep the bench schema afterwards")
+	fs.IntVar(&o.shards, "shards", 16, "with --lease-mode shard: the bench table's shards")
 	fs.BoolVar(&o.latency, "latency", false, "instead of draining: measure delivery latency at --rate inserts/s from --producers (default 4) through the HTTP sink to a local receiver")
 	fs.IntVar(&o.rate, "rate", 1000, "with --latency: single-row insert transactions per second, across all producers")
 }

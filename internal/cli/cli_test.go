@@ -71,6 +71,7 @@ func TestCLI(t *testing.T) {
 		{"BenchDrain", testBenchDrain},
 		{"BenchProducers", testBenchProducers},
 		{"BenchLatency", testBenchLatency},
+		{"ShardLeases", testShardLeases},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -1098,6 +1099,36 @@ func testBenchDrain(t *testing.T, bin string) {
 	}
 	require.Regexp(t, `(?m)^lease / seed: [0-9.]+x$`, r.stdout)
 	requireNoSchemasLeft(t, p.cmd.Process.Pid)
+}
+
+// testShardLeases: migrate --shards sets a table up for --lease-mode
+// shard, run delivers on it, and bench runs the mode with the usual lines.
+func testShardLeases(t *testing.T, bin string) {
+	dsn := testdb.DSN(t)
+	table := testdb.NewSchema(t) + ".outbox"
+	m := start(t, bin, envWith(dsn), nil, "migrate", "--table", table, "--shards", "4").wait()
+	requireOK(t, m)
+	require.Contains(t, m.stdout, "migrated table "+table+" with 4 shards")
+	again := start(t, bin, envWith(dsn), nil, "migrate", "--table", table, "--shards", "8").wait()
+	require.Equal(t, 1, again.code, "%s", again)
+	require.Contains(t, again.stderr, "already has 4 shards")
+
+	enq := start(t, bin, envWith(dsn), nil, "enqueue", "--table", table, "--aggregate-type", "order", "--aggregate-id", "1",
+		"--event-type", "Created", "--payload", `{"a":1}`).wait()
+	requireOK(t, enq)
+	run := start(t, bin, envWith(dsn), nil, "run", "--table", table, "--lease-mode", "shard", "--sink", "null:", "--drain").wait()
+	requireOK(t, run)
+
+	bad := start(t, bin, envWith(dsn), nil, "run", "--table", table, "--lease-mode", "rows", "--drain").wait()
+	require.Equal(t, 2, bad.code, "%s", bad)
+	require.Contains(t, bad.stderr, "--lease-mode")
+
+	b := start(t, bin, envWith(dsn), nil, "bench", "--messages", "2000", "--lease-mode", "shard", "--dsn", dsn)
+	r := b.wait()
+	requireOK(t, r)
+	require.Regexp(t, `(?m)^throughput\s+[0-9]+ messages/s$`, r.stdout)
+	require.Regexp(t, `(?m)^delivered\s+2000 in `, r.stdout)
+	requireNoSchemasLeft(t, b.cmd.Process.Pid)
 }
 
 func testBenchProducers(t *testing.T, bin string) {

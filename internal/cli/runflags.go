@@ -18,7 +18,7 @@ type runFlags struct {
 	retryBase, retryCap, deferDelay, deferMaxAge time.Duration
 	heartbeat, fetchCooldown                     time.Duration
 	ordered, noNotify                            bool
-	owner, idNamespace                           string
+	owner, idNamespace, leaseMode                string
 	// fs is the flag set the flags are registered on.
 	fs *flag.FlagSet
 }
@@ -32,6 +32,8 @@ func (r *runFlags) register(fs *flag.FlagSet, defaultSink string) {
 	setsField(fs, "batch", "BatchSize")
 	fs.IntVar(&r.maxAttempts, "max-attempts", outbox.MaxAttemptsDefault, "claims per message before it goes dead")
 	setsField(fs, "max-attempts", "MaxAttempts")
+	fs.StringVar(&r.leaseMode, "lease-mode", string(outbox.LeaseRows), "row: a lease written on each claimed row; shard: leases on whole shards, one write per message (the table needs migrate --shards N; implies --ordered)")
+	setsField(fs, "lease-mode", "LeaseMode")
 	fs.BoolVar(&r.ordered, "ordered", false, "deliver each aggregate_id in id order (only the head is claimable)")
 	setsField(fs, "ordered", "Ordered")
 	fs.BoolVar(&r.noNotify, "no-notify", false, "do not LISTEN for wake-ups; poll only (for PgBouncer transaction mode)")
@@ -102,7 +104,7 @@ func (r *runFlags) config(table string, logger *slog.Logger) (*outbox.Config, er
 		Lease: r.lease, PollInterval: r.pollInterval, PublishTimeout: r.publishTimeout,
 		RetryBase: r.retryBase, RetryCap: r.retryCap, DeferDelay: r.deferDelay, DeferMaxAge: maxAge,
 		Ordered: r.ordered, DisableNotify: r.noNotify, Logger: logger, HeartbeatInterval: r.heartbeat,
-		FetchCooldown: r.fetchCooldown, IDNamespace: r.idNamespace,
+		FetchCooldown: r.fetchCooldown, IDNamespace: r.idNamespace, LeaseMode: outbox.LeaseMode(r.leaseMode),
 	}
 	if err := cfg.WithDefaults().Validate(); err != nil {
 		var ce *outbox.ConfigError
