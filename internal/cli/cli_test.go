@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outbox/internal/testdb"
+	"github.com/outboxd/outbox/internal/testio"
 )
 
 // cmdTimeout bounds every run of the binary, so a hung command fails its
@@ -108,31 +108,13 @@ func (r result) String() string {
 	return fmt.Sprintf("outboxd %q exited %d\nstdout:\n%s\nstderr:\n%s", r.args, r.code, r.stdout, r.stderr)
 }
 
-// syncBuffer is a bytes.Buffer that can be read while the process writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // proc is a started run of the binary.
 type proc struct {
 	t              *testing.T
 	args           []string
 	cmd            *exec.Cmd
 	cancel         context.CancelFunc
-	stdout, stderr *syncBuffer
+	stdout, stderr *testio.Buffer
 	exited         chan error
 }
 
@@ -142,7 +124,7 @@ func start(t *testing.T, bin string, env []string, stdin io.Reader, args ...stri
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = env
 	cmd.Stdin = stdin
-	p := &proc{t: t, args: args, cmd: cmd, cancel: cancel, stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan error, 1)}
+	p := &proc{t: t, args: args, cmd: cmd, cancel: cancel, stdout: &testio.Buffer{}, stderr: &testio.Buffer{}, exited: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
 	// Children that keep the output pipes open (a throwaway cluster) must
 	// not hang the test.

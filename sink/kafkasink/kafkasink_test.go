@@ -1,7 +1,6 @@
 package kafkasink_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -26,6 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/internal/testio"
 	"github.com/outboxd/outbox/sink/kafkasink"
 	"github.com/outboxd/outbox/sink/sinktest"
 	"github.com/outboxd/outbox/sink/sinkutil"
@@ -616,30 +616,13 @@ func TestManyPublishesInFlight(t *testing.T) {
 func TestLoggerGetsClientLogs(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, kfake.SeedTopics(1, "t"))
-	var buf syncBuffer
+	var buf testio.Buffer
 	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s := newSink(t, "kafka://u:hunter2@"+clusterAddr(c)+"?sasl=plain&topic=t", &kafkasink.Options{Logger: logger})
 	_ = publish(t, s, sinktest.NewMessage("a"), 300*time.Millisecond)
 	out := buf.String()
 	require.Contains(t, out, "kafkasink: ")
 	require.NotContains(t, out, "hunter2")
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestOutageLeavesNoPileOfRetries(t *testing.T) {

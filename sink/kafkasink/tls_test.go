@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/internal/testio"
 	"github.com/outboxd/outbox/sink/kafkasink"
 	"github.com/outboxd/outbox/sink/sinktest"
 )
@@ -70,7 +71,7 @@ func TestTLS(t *testing.T) {
 		t.Parallel()
 		// The certificate is not in the system roots; the client's log
 		// shows that tls=true did try TLS.
-		var log syncBuffer
+		var log testio.Buffer
 		s := newSink(t, "kafka://"+addr+"?tls=true&topic=t", &kafkasink.Options{
 			Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		})

@@ -1,7 +1,6 @@
 package redissink_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -21,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/internal/testio"
 	"github.com/outboxd/outbox/sink/redissink"
 	"github.com/outboxd/outbox/sink/sinktest"
 )
@@ -168,24 +168,6 @@ func serverHasIDMP(t *testing.T, c *redis.Client) bool {
 	return false
 }
 
-// syncBuffer is a log destination safe for concurrent publishes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestDedupe(t *testing.T) {
 	t.Parallel()
 	c := direct(t)
@@ -194,7 +176,7 @@ func TestDedupe(t *testing.T) {
 	t.Run("AutoUsesIDMPWhenTheServerHasIt", func(t *testing.T) {
 		t.Parallel()
 		key := newKey(t, c)
-		var logs syncBuffer
+		var logs testio.Buffer
 		s, err := redissink.New(sinkURL(upstream, key, ""), &redissink.Options{
 			Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		})
