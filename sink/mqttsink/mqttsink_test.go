@@ -484,24 +484,7 @@ func TestManyInFlight(t *testing.T) {
 	defer s.Close()
 
 	const workers, per = 64, 20
-	start := time.Now()
-	var wg sync.WaitGroup
-	errs := make(chan error, workers*per)
-	for range workers {
-		wg.Go(func() {
-			for range per {
-				if err := s.Publish(t.Context(), sinktest.NewMessage("a")); err != nil {
-					errs <- err
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-	elapsed := time.Since(start)
+	elapsed := sinktest.PublishConcurrently(t, s, workers, per, func(int, int) *outbox.Message { return sinktest.NewMessage("a") })
 	got := sub.wait(workers*per, 20*time.Second)
 	require.Len(t, got, workers*per)
 	ids := map[string]bool{}

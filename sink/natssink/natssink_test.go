@@ -536,24 +536,10 @@ func TestManyInFlight(t *testing.T) {
 	prefix, stream := newStream(t, js, nil)
 	s := newSink(t, "nats://"+upstream+"?subject="+prefix+".{aggregate_type}&max_pending=64", nil)
 	const workers, per = 128, 40
-	var wg sync.WaitGroup
-	errs := make(chan error, workers*per)
-	start := time.Now()
-	for w := range workers {
-		wg.Go(func() {
-			for i := range per {
-				if err := s.Publish(t.Context(), sinktest.NewMessage(fmt.Sprintf("%d-%d", w, i))); err != nil {
-					errs <- err
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-	t.Logf("%d publishes in %s", workers*per, time.Since(start))
+	elapsed := sinktest.PublishConcurrently(t, s, workers, per, func(w, i int) *outbox.Message {
+		return sinktest.NewMessage(fmt.Sprintf("%d-%d", w, i))
+	})
+	t.Logf("%d publishes in %s", workers*per, elapsed)
 	require.EqualValues(t, workers*per, streamMsgs(t, js, stream))
 }
 

@@ -470,24 +470,7 @@ func TestManyInFlight(t *testing.T) {
 	defer s.Close()
 
 	const workers, per = 64, 40
-	start := time.Now()
-	var wg sync.WaitGroup
-	errs := make(chan error, workers*per)
-	for range workers {
-		wg.Go(func() {
-			for range per {
-				if err := s.Publish(t.Context(), sinktest.NewMessage("a")); err != nil {
-					errs <- err
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-	elapsed := time.Since(start)
+	elapsed := sinktest.PublishConcurrently(t, s, workers, per, func(int, int) *outbox.Message { return sinktest.NewMessage("a") })
 	n, err := c.XLen(t.Context(), key).Result()
 	require.NoError(t, err)
 	require.Equal(t, int64(workers*per), n)

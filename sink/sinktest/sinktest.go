@@ -155,24 +155,7 @@ func (su suite) concurrentPublishes(t *testing.T) {
 	for i := range msgs {
 		msgs[i] = NewMessage(fmt.Sprintf("agg-%d", i%7))
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for w := range 10 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < n; i += 10 {
-				if err := s.Publish(t.Context(), msgs[i]); err != nil {
-					errs <- err
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+	PublishConcurrently(t, s, 10, n/10, func(w, i int) *outbox.Message { return msgs[w+i*10] })
 	got := r.Receive(t, n, 20*time.Second)
 	want := make([]string, n)
 	for i, m := range msgs {
@@ -185,6 +168,31 @@ func (su suite) concurrentPublishes(t *testing.T) {
 	slices.Sort(want)
 	slices.Sort(ids)
 	require.Equal(t, want, ids, "every message delivered once")
+}
+
+// PublishConcurrently publishes workers × per messages, per from each of
+// workers goroutines, message i of worker w being next(w, i), and fails t
+// on any publish error. It returns how long the publishes took.
+func PublishConcurrently(t *testing.T, s outbox.Sink, workers, per int, next func(w, i int) *outbox.Message) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*per)
+	for w := range workers {
+		wg.Go(func() {
+			for i := range per {
+				if err := s.Publish(t.Context(), next(w, i)); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	return time.Since(start)
 }
 
 func (su suite) cancelledContextIsRetryable(t *testing.T) {
