@@ -195,6 +195,30 @@ func PublishConcurrently(t *testing.T, s outbox.Sink, workers, per int, next fun
 	return time.Since(start)
 }
 
+// URLCase is a URL a sink's CheckURL refuses, and a part of the error it
+// must give.
+type URLCase = struct{ Name, URL, Want string }
+
+// CheckURLs checks a sink's CheckURL: valid passes, and each case fails
+// with an error holding its Want and never the password "s3cr3t" its URL
+// may carry. With newSink set (the sink's New, for a sink whose New does
+// not connect), New must fail with the same error.
+func CheckURLs(t *testing.T, check func(rawURL string) error, newSink func(rawURL string) error, valid string, cases []URLCase) {
+	t.Helper()
+	require.NoError(t, check(valid))
+	for _, tc := range cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			t.Parallel()
+			err := check(tc.URL)
+			require.ErrorContains(t, err, tc.Want)
+			require.NotContains(t, err.Error(), "s3cr3t")
+			if newSink != nil {
+				require.EqualError(t, newSink(tc.URL), err.Error(), "CheckURL reports what New does")
+			}
+		})
+	}
+}
+
 func (su suite) cancelledContextIsRetryable(t *testing.T) {
 	t.Parallel()
 	s, _, _ := su.setup(t)
