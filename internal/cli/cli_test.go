@@ -601,18 +601,16 @@ func testRunStopsOnSignal(t *testing.T, bin string, sig os.Signal) {
 	require.Equal(t, 0, c.count(t, "status = 'processing' OR lease_owner IS NOT NULL"))
 }
 
-// testRunStopsMidPublish stops run while a publish hangs: the publish is
-// cut at --publish-timeout, and the message goes back to pending rather than
-// staying leased to a process that is gone.
-func testRunStopsMidPublish(t *testing.T, bin string) {
-	c := newCLI(t, bin)
-	c.migrate(t)
-	id := c.enqueue(t, "agg", `{"n":1}`)
-	arrived := make(chan struct{}, 1)
+// hangingReceiver is a webhook endpoint that holds each request until the
+// client gives up or the test ends, then answers 503; arrived receives when
+// a request is in.
+func hangingReceiver(t *testing.T) (hook string, arrived <-chan struct{}) {
+	t.Helper()
+	in := make(chan struct{}, 1)
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
-		case arrived <- struct{}{}:
+		case in <- struct{}{}:
 		default:
 		}
 		select {
@@ -623,13 +621,30 @@ func testRunStopsMidPublish(t *testing.T, bin string) {
 	}))
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(release) })
+	return srv.URL, in
+}
 
-	p := start(t, bin, c.env, nil, "run", "--table", c.table, "--sink", srv.URL, "--publish-timeout", "1s", "--lease", "30s")
+// waitArrived waits up to 30s for the process's publish to reach a
+// hangingReceiver.
+func (p *proc) waitArrived(t *testing.T, arrived <-chan struct{}) {
+	t.Helper()
 	select {
 	case <-arrived:
 	case <-time.After(30 * time.Second):
 		require.FailNow(t, "no publish arrived", "stderr:\n%s", p.stderr.String())
 	}
+}
+
+// testRunStopsMidPublish stops run while a publish hangs: the publish is
+// cut at --publish-timeout, and the message goes back to pending rather than
+// staying leased to a process that is gone.
+func testRunStopsMidPublish(t *testing.T, bin string) {
+	c := newCLI(t, bin)
+	c.migrate(t)
+	id := c.enqueue(t, "agg", `{"n":1}`)
+	hook, arrived := hangingReceiver(t)
+	p := start(t, bin, c.env, nil, "run", "--table", c.table, "--sink", hook, "--publish-timeout", "1s", "--lease", "30s")
+	p.waitArrived(t, arrived)
 	require.Equal(t, "processing", c.statusOf(t, id))
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	select {

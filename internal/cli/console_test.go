@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outbox/internal/testio"
 )
 
 // getWith fetches url with a bearer token.
@@ -35,7 +37,7 @@ func TestConsoleCommand(t *testing.T) {
 	c.enqueue(t, "a", `{"n":1}`)
 
 	t.Run("RunServesConsole", func(t *testing.T) {
-		addr := freePort(t)
+		addr := testio.FreeAddr(t)
 		env := append(c.env, "OUTBOXD_CONSOLE_TOKEN=tok-456")
 		p := start(t, bin, env, nil, "run", "--table", c.table, "--sink", "null:", "--console-addr", addr)
 		require.Eventually(t, func() bool {
@@ -50,7 +52,7 @@ func TestConsoleCommand(t *testing.T) {
 	})
 	// The message is delivered: nothing undelivered, so both reads are equal.
 	t.Run("ServesStatus", func(t *testing.T) {
-		addr := freePort(t)
+		addr := testio.FreeAddr(t)
 		env := append(c.env, "OUTBOXD_CONSOLE_TOKEN=tok-123")
 		p := start(t, bin, env, nil, "console", "--table", c.table, "--addr", addr)
 		var code int

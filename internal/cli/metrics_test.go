@@ -11,16 +11,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-)
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
-}
+	"github.com/outboxd/outbox/internal/testio"
+)
 
 func TestRunServesMetrics(t *testing.T) {
 	t.Parallel()
@@ -28,7 +21,7 @@ func TestRunServesMetrics(t *testing.T) {
 	c := newCLI(t, bin)
 	c.migrate(t)
 	c.enqueue(t, "a", `{"n":1}`)
-	addr := freePort(t)
+	addr := testio.FreeAddr(t)
 	p := start(t, bin, c.env, nil, "run", "--table", c.table, "--sink", "null:", "--metrics-addr", addr)
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + addr + path)

@@ -1,8 +1,6 @@
 package cli_test
 
 import (
-	"net/http"
-	"net/http/httptest"
 	"syscall"
 	"testing"
 	"time"
@@ -18,28 +16,9 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 	c := newCLI(t, bin)
 	c.migrate(t)
 	id := c.enqueue(t, "agg", `{"n":1}`)
-	arrived := make(chan struct{}, 1)
-	release := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case arrived <- struct{}{}:
-		default:
-		}
-		select {
-		case <-r.Context().Done():
-		case <-release:
-		}
-		w.WriteHeader(http.StatusServiceUnavailable)
-	}))
-	t.Cleanup(srv.Close)
-	t.Cleanup(func() { close(release) })
-
-	p := start(t, bin, c.env, nil, "run", "--table", c.table, "--sink", srv.URL, "--publish-timeout", "20s", "--lease", "60s")
-	select {
-	case <-arrived:
-	case <-time.After(30 * time.Second):
-		require.FailNow(t, "no publish arrived", "stderr:\n%s", p.stderr.String())
-	}
+	hook, arrived := hangingReceiver(t)
+	p := start(t, bin, c.env, nil, "run", "--table", c.table, "--sink", hook, "--publish-timeout", "20s", "--lease", "60s")
+	p.waitArrived(t, arrived)
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	// The first signal waits for the in-flight publish (up to 20s here).
 	select {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/internal/testio"
 	"github.com/outboxd/outbox/sink/mqttsink"
 	"github.com/outboxd/outbox/sink/sinktest"
 	"github.com/outboxd/outbox/sink/sinkutil"
@@ -426,22 +427,13 @@ func TestPacketTooLargeForBroker(t *testing.T) {
 	require.Contains(t, err.Error(), "maximum packet size of 1024")
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
-}
-
 func TestBrokerDownAtNew(t *testing.T) {
 	t.Parallel()
 
 	t.Run("NothingListening", func(t *testing.T) {
 		t.Parallel()
 		start := time.Now()
-		s, err := mqttsink.New(sinkURL(freeAddr(t), "t", ""), nil)
+		s, err := mqttsink.New(sinkURL(testio.FreeAddr(t), "t", ""), nil)
 		require.NoError(t, err, "New must not need the broker")
 		require.Less(t, time.Since(start), time.Second, "New must not wait for the broker")
 		defer s.Close()

@@ -351,16 +351,6 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-// freeAddr returns a loopback address nothing listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
-}
-
 func TestServerDownAtNew(t *testing.T) {
 	t.Parallel()
 	c := direct(t)
@@ -369,7 +359,7 @@ func TestServerDownAtNew(t *testing.T) {
 	t.Run("NothingListening", func(t *testing.T) {
 		t.Parallel()
 		start := time.Now()
-		s, err := redissink.New(sinkURL(freeAddr(t), key, ""), nil)
+		s, err := redissink.New(sinkURL(testio.FreeAddr(t), key, ""), nil)
 		require.NoError(t, err, "New must not need the server")
 		defer s.Close()
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
