@@ -160,15 +160,8 @@ func (d *Dispatcher) run(ctx context.Context, drain bool) error {
 		d.store = d.store.Qualified(table.Schema)
 	}
 	channel := table.Channel()
-	if d.cfg.LeaseMode == LeaseShards {
-		n, err := d.store.ShardCount(ctx, d.pool)
-		if err != nil {
-			return fmt.Errorf("outbox: %w", err)
-		}
-		if n == 0 {
-			return fmt.Errorf("outbox: table %s has no shards: enable them first (Admin.EnableShards, outboxd migrate --shards N)", d.store.Table)
-		}
-		d.shards = newShardLeases(d, n)
+	if err := d.startLeaseMode(ctx); err != nil {
+		return err
 	}
 	leases := newLeaseRegistry()
 	var stopListener, stopHeartbeat func()

@@ -138,9 +138,26 @@ func (s *shardLeases) maintain(ctx context.Context) error {
 		return s.release(ctx, extra)
 	}
 	if want > 0 {
-		return s.acquire(ctx, want)
+		if err := s.acquire(ctx, want); err != nil {
+			return err
+		}
 	}
-	return nil
+	return s.requeue(ctx)
+}
+
+// requeue takes over the rows of held shards that row leases left behind.
+func (s *shardLeases) requeue(ctx context.Context) error {
+	s.mu.Lock()
+	shards := make([]int, 0, len(s.held))
+	for shard := range s.held {
+		shards = append(shards, shard)
+	}
+	s.mu.Unlock()
+	n, err := s.d.store.RequeueExpiredRows(ctx, s.d.pool, shards)
+	if n > 0 {
+		s.d.log.InfoContext(ctx, "rows left processing by row leases are pending again", slog.Int64("rows", n))
+	}
+	return err
 }
 
 // extras are held shards beyond share with nothing in flight, highest
@@ -230,4 +247,24 @@ func (s *shardLeases) releaseAll(ctx context.Context) error {
 		return nil
 	}
 	return s.release(ctx, leases)
+}
+
+// startLeaseMode sets up shard leases for a dispatcher in that mode; in
+// row mode it warns when the table has shards, since dispatchers of the
+// two modes on one table deliver the same messages.
+func (d *Dispatcher) startLeaseMode(ctx context.Context) error {
+	n, err := d.store.ShardCount(ctx, d.pool)
+	if err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
+	switch {
+	case d.cfg.LeaseMode == LeaseShards && n == 0:
+		return fmt.Errorf("outbox: table %s has no shards: enable them first (Admin.EnableShards, outboxd migrate --shards N)", d.store.Table)
+	case d.cfg.LeaseMode == LeaseShards:
+		d.shards = newShardLeases(d, n)
+	case n > 0:
+		d.log.WarnContext(ctx, "the table has shards but this dispatcher uses row leases: with shard-lease dispatchers on the same table, messages are delivered twice",
+			slog.Int("shards", n))
+	}
+	return nil
 }

@@ -206,3 +206,18 @@ func TestShardLeasesBalance(t *testing.T) {
 	require.Zero(t, held()["B"], "B released its shards when it stopped")
 	eventually(t, func() bool { return held()["A"] == 8 }, "A takes them all back")
 }
+
+// A table switched from row to shard leases: rows a row-lease dispatcher
+// left processing are delivered once their leases expire.
+func TestShardLeasesTakeOverRowLeases(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.enqueueN(t, 2, "a")
+	b.exec(t, "UPDATE "+b.quoted+" SET status = 'processing', lease_owner = 'old', lease_version = 1, attempts = 1, "+
+		"lease_until = now() - interval '1 second' WHERE id = $1", ids[0])
+	require.NoError(t, b.admin.EnableShards(t.Context(), 2))
+	rec := newRecorder(nil)
+	drain(t, b.dispatcher(t, rec.Sink(), shardConfig(outbox.Config{})))
+	require.Equal(t, ids, rec.IDs(), "both, in order")
+	require.Equal(t, "done", b.row(t, ids[0]).Status)
+}

@@ -16,7 +16,7 @@ const MaxShards = 4096
 
 // shardSQL are the shard-lease statements (docs/shard-leases.md).
 type shardSQL struct {
-	exists, count, renew, acquire, release, read, finalize string
+	exists, count, renew, acquire, release, read, finalize, requeue string
 }
 
 func loadShards(load func(string) string) shardSQL {
@@ -28,6 +28,7 @@ func loadShards(load func(string) string) shardSQL {
 		release:  load("sql/shard_release.sql"),
 		read:     load("sql/shard_read.sql"),
 		finalize: load("sql/shard_finalize.sql"),
+		requeue:  load("sql/shard_requeue.sql"),
 	}
 }
 
@@ -138,4 +139,16 @@ func splitLeases(leases []ShardLease) ([]int32, []int64) {
 		shards[i], tokens[i] = int32(l.Shard), l.Token
 	}
 	return shards, tokens
+}
+
+// RequeueExpiredRows puts back to pending the rows of these shards that a
+// row-lease dispatcher left processing with an expired lease, and returns
+// how many.
+func (s *Store) RequeueExpiredRows(ctx context.Context, db DB, shards []int) (int64, error) {
+	ids := make([]int32, len(shards))
+	for i, n := range shards {
+		ids[i] = int32(n)
+	}
+	tag, err := db.Exec(ctx, s.shards.requeue, ids)
+	return tag.RowsAffected(), translate(err)
 }
