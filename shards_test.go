@@ -221,3 +221,20 @@ func TestShardLeasesTakeOverRowLeases(t *testing.T) {
 	require.Equal(t, ids, rec.IDs(), "both, in order")
 	require.Equal(t, "done", b.row(t, ids[0]).Status)
 }
+
+// A dead row from before shards were enabled, retried, is delivered: it
+// gets its shard when it comes back to pending.
+func TestShardLeasesDeliverRetriedOldDeadRow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.enqueueN(t, 1, "a")[0]
+	b.exec(t, "UPDATE "+b.quoted+" SET status = 'dead', last_error = 'old' WHERE id = $1", id)
+	require.NoError(t, b.admin.EnableShards(t.Context(), 2))
+	moved, err := b.admin.DeadRetry(t.Context(), id)
+	require.NoError(t, err)
+	require.Equal(t, []int64{id}, moved)
+	rec := newRecorder(nil)
+	drain(t, b.dispatcher(t, rec.Sink(), shardConfig(outbox.Config{})))
+	require.Equal(t, []int64{id}, rec.IDs())
+	require.Equal(t, "done", b.row(t, id).Status)
+}

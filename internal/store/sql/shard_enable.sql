@@ -28,8 +28,12 @@ BEGIN
 END
 {{tag}};
 DROP TRIGGER IF EXISTS {{shard_trigger}} ON {{table}};
-CREATE TRIGGER {{shard_trigger}} BEFORE INSERT ON {{table}}
-    FOR EACH ROW EXECUTE FUNCTION {{shard_function}}();
+-- On UPDATE too, for a row from before shards were enabled that comes
+-- back to pending (a dead row retried, a done row replayed). The WHEN
+-- clause is checked without calling the function, so rows that have
+-- their shard, every finalize's, cost nothing.
+CREATE TRIGGER {{shard_trigger}} BEFORE INSERT OR UPDATE ON {{table}}
+    FOR EACH ROW WHEN (NEW.shard IS NULL) EXECUTE FUNCTION {{shard_function}}();
 UPDATE {{table}} SET shard = (hashtextextended(aggregate_id, 0) & 2147483647) % {{shard_count}}
 WHERE status IN ('pending', 'processing') AND shard IS NULL;
 CREATE INDEX IF NOT EXISTS {{shard_index}} ON {{table}} (shard, id) WHERE status = 'pending';
