@@ -179,7 +179,10 @@ func (a *Admin) batches(ctx context.Context, action store.Action, p store.BatchP
 		if err := ctx.Err(); err != nil {
 			return total, fmt.Errorf("outbox: %s: stopped after %d: %w", label(string(action)), total, err)
 		}
-		b, err := a.store.BulkBatch(ctx, a.db, action, p)
+		// A batch is not cancelled mid-flight: cancelled while its commit
+		// is on the way, it would move its rows and report none. The
+		// context stops the run between batches, above.
+		b, err := a.store.BulkBatch(context.WithoutCancel(ctx), a.db, action, p)
 		if err != nil {
 			return total, fmt.Errorf("outbox: %s: stopped after %d: %w", label(string(action)), total, err)
 		}

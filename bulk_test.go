@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outbox"
@@ -269,6 +270,23 @@ func TestReplay(t *testing.T) {
 		require.Equal(t, "processing", r.Status)
 		require.Equal(t, "w", *r.LeaseOwner)
 		require.Zero(t, b.countStatus(t, "done"))
+	})
+
+	// Cancelled while a batch is in flight, the run finishes that batch and
+	// counts it: a batch cut off mid-flight could commit and report nothing.
+	t.Run("CancelFinishesTheBatchInFlight", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.fixture(t, 40) // 10 done rows
+		fn := pgx.Identifier{b.schema, "slow_update"}.Sanitize()
+		b.exec(t, "CREATE FUNCTION "+fn+"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.05); RETURN NEW; END $$")
+		b.exec(t, "CREATE TRIGGER slow_update BEFORE UPDATE ON "+b.quoted+" FOR EACH ROW EXECUTE FUNCTION "+fn+"()")
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(100*time.Millisecond, cancel) // mid-way through the first batch of 4
+		n, err := b.admin.Replay(ctx, outbox.Filter{}, outbox.ReplayOpts{Name: "r", BatchSize: 4})
+		require.ErrorIs(t, err, context.Canceled)
+		require.Equal(t, int64(4), n, "the batch in flight counted")
+		require.Equal(t, 6, b.countStatus(t, "done"), "and moved: 4 of the 10 done rows")
 	})
 
 	t.Run("Paced", func(t *testing.T) {
