@@ -156,6 +156,10 @@ func (b *Benchmarker) latencies(ctx context.Context, t *benchTable, at map[int64
 // total across Producers producers, each on its own schedule (open loop: a
 // producer that falls behind catches up without waiting), for Duration. It
 // returns the ids.
+// latencyAggregates is how many aggregates the latency run's messages are
+// spread over.
+const latencyAggregates = 1000
+
 func (b *Benchmarker) produceAtRate(ctx context.Context, table string) ([]int64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -179,15 +183,20 @@ func (b *Benchmarker) produceAtRate(ctx context.Context, table string) ([]int64,
 			next := start.Add(interval * time.Duration(i) / time.Duration(producers))
 			var mine []int64
 			defer func() { mu.Lock(); ids = append(ids, mine...); mu.Unlock() }()
-			for next.Before(end) {
+			for n := i; next.Before(end); n += producers {
 				if wait := time.Until(next); wait > 0 && !pause(ctx, wait) {
 					return
 				}
 				next = next.Add(interval)
+				// Spread over latencyAggregates aggregates, as real traffic
+				// is: with one, an ordered dispatcher (--ordered, shard
+				// leases) delivers one message per round trip.
+				msg := benchMessage
+				msg.AggregateID = strconv.Itoa(n % latencyAggregates)
 				var got []int64
 				err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 					var err error
-					got, err = p.Enqueue(ctx, tx, benchMessage)
+					got, err = p.Enqueue(ctx, tx, msg)
 					return err
 				})
 				if err != nil {
