@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outbox/internal/failpoint"
+	"github.com/outboxd/outbox/internal/service"
 	"github.com/outboxd/outbox/internal/store"
 )
 
@@ -101,7 +102,7 @@ func (f *fetcher) step(ctx context.Context) bool {
 		// claim and finalize costing the database nearly what a full batch
 		// does; pacing claims by what they cost (see cooldown) batches a
 		// trickle at the price of that much latency.
-		return pause(ctx, f.cool.pause())
+		return service.Sleep(ctx, f.cool.pause())
 	}
 	return true
 }
@@ -266,21 +267,6 @@ func (d *Dispatcher) headers(r *store.Row) map[string]string {
 		d.log.Warn("ignoring headers that are not a JSON object", slog.Int64("outbox_id", r.ID))
 	}
 	return r.Headers
-}
-
-// pause waits d, or until ctx is done (false).
-func pause(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // logClaimError logs a failed claim, with the fix when a transaction

@@ -175,18 +175,6 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
-// pause waits d, or until ctx is done (false).
-func pause(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // nullSink accepts every message.
 func nullSink() outbox.Sink {
 	return outbox.SinkFunc(func(context.Context, *outbox.Message) error { return nil })

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/internal/service"
 )
 
 // lagRecorder wraps a sink and records created_at-to-publish lag.
@@ -97,20 +98,12 @@ func (b *Benchmarker) drain(ctx context.Context, variant string) (float64, error
 // progress prints how many of total count says are delivered every two
 // seconds, until the returned function is called.
 func (b *Benchmarker) progress(ctx context.Context, count func() int, total int) func() {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(2 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				fmt.Fprintf(b.cfg.Stderr, "  %d/%d delivered\n", count(), total)
-			}
+	var r service.Runner
+	_ = r.Start(ctx, func(ctx context.Context) error {
+		for service.Sleep(ctx, 2*time.Second) {
+			fmt.Fprintf(b.cfg.Stderr, "  %d/%d delivered\n", count(), total)
 		}
-	}()
-	return func() { cancel(); <-done }
+		return nil
+	})
+	return func() { _ = r.Stop() }
 }

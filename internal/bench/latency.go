@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/internal/service"
 )
 
 // arrivals records when a local webhook receiver first got each message,
@@ -91,7 +92,7 @@ func (b *Benchmarker) latency(ctx context.Context) error {
 	defer func() { _ = d.Stop() }()
 	// Let the dispatcher settle into its idle state (listening, registered)
 	// as it would be between bursts in production.
-	if !pause(ctx, 200*time.Millisecond) {
+	if !service.Sleep(ctx, 200*time.Millisecond) {
 		return errors.New("interrupted")
 	}
 	fmt.Fprintf(c.Stdout, "latency: %d messages/s from %d producers for %s, HTTP sink to %s\n",
@@ -105,7 +106,7 @@ func (b *Benchmarker) latency(ctx context.Context) error {
 	// Wait for the stragglers.
 	giveUp := time.Now().Add(30 * time.Second)
 	for rec.count() < len(ids) && time.Now().Before(giveUp) {
-		if !pause(ctx, 5*time.Millisecond) {
+		if !service.Sleep(ctx, 5*time.Millisecond) {
 			return errors.New("interrupted")
 		}
 	}
@@ -184,7 +185,7 @@ func (b *Benchmarker) produceAtRate(ctx context.Context, table string) ([]int64,
 			var mine []int64
 			defer func() { mu.Lock(); ids = append(ids, mine...); mu.Unlock() }()
 			for n := i; next.Before(end); n += producers {
-				if wait := time.Until(next); wait > 0 && !pause(ctx, wait) {
+				if wait := time.Until(next); wait > 0 && !service.Sleep(ctx, wait) {
 					return
 				}
 				next = next.Add(interval)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -45,4 +46,13 @@ func TestRunnerRestartsAfterItsContextEnded(t *testing.T) {
 	}), "a loop that ended on its own may start again")
 	<-runs
 	require.NoError(t, r.Stop())
+}
+
+func TestSleep(t *testing.T) {
+	require.True(t, service.Sleep(t.Context(), time.Millisecond))
+	require.True(t, service.Sleep(t.Context(), 0))
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	require.False(t, service.Sleep(ctx, time.Hour), "a done context ends the wait")
+	require.False(t, service.Sleep(ctx, 0))
 }
