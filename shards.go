@@ -67,21 +67,37 @@ func (s *shardLeases) claim(ctx context.Context, batch int) ([]store.Row, time.T
 func (s *shardLeases) readPlan() (plain, struck []int, exclude []int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	busy := map[int]bool{}
-	for id, shard := range s.inFlight {
+	for id := range s.inFlight {
 		exclude = append(exclude, id)
-		busy[shard] = true
 	}
-	for shard := range s.held {
+	busy := s.busyLocked()
+	for _, shard := range s.heldLocked() {
 		if _, ok := s.struck[shard]; !ok {
 			plain = append(plain, shard)
 		} else if !busy[shard] {
 			struck = append(struck, shard)
 		}
 	}
-	slices.Sort(plain)
-	slices.Sort(struck)
 	return plain, struck, exclude
+}
+
+// busyLocked is the set of shards with a message in flight; s.mu is held.
+func (s *shardLeases) busyLocked() map[int]bool {
+	busy := map[int]bool{}
+	for _, shard := range s.inFlight {
+		busy[shard] = true
+	}
+	return busy
+}
+
+// heldLocked is the held shards in order; s.mu is held.
+func (s *shardLeases) heldLocked() []int {
+	shards := make([]int, 0, len(s.held))
+	for shard := range s.held {
+		shards = append(shards, shard)
+	}
+	slices.Sort(shards)
+	return shards
 }
 
 // lease stamps each row with its shard's token and records it in flight.
@@ -148,10 +164,7 @@ func (s *shardLeases) maintain(ctx context.Context) error {
 // requeue takes over the rows of held shards that row leases left behind.
 func (s *shardLeases) requeue(ctx context.Context) error {
 	s.mu.Lock()
-	shards := make([]int, 0, len(s.held))
-	for shard := range s.held {
-		shards = append(shards, shard)
-	}
+	shards := s.heldLocked()
 	s.mu.Unlock()
 	n, err := s.d.store.RequeueExpiredRows(ctx, s.d.pool, shards)
 	if n > 0 {
@@ -163,16 +176,9 @@ func (s *shardLeases) requeue(ctx context.Context) error {
 // extras are held shards beyond share with nothing in flight, highest
 // first; s.mu is held.
 func (s *shardLeases) extras(share int) []store.ShardLease {
-	busy := map[int]bool{}
-	for _, shard := range s.inFlight {
-		busy[shard] = true
-	}
+	busy := s.busyLocked()
 	var out []store.ShardLease
-	shards := make([]int, 0, len(s.held))
-	for shard := range s.held {
-		shards = append(shards, shard)
-	}
-	slices.Sort(shards)
+	shards := s.heldLocked()
 	for i := len(shards) - 1; i >= 0 && len(s.held)-len(out) > share; i-- {
 		if !busy[shards[i]] {
 			out = append(out, store.ShardLease{Shard: shards[i], Token: s.held[shards[i]]})
