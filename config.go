@@ -195,8 +195,58 @@ func (c *Config) Validate() error {
 	if err := c.validate(); err != nil {
 		return err
 	}
+	if err := c.validateBounds(); err != nil {
+		return err
+	}
 	return nil
 }
+
+// validateBounds refuses values no deployment means: past these a number is
+// a slip of the keyboard (a lease of 60000s for 60s, a batch of 1e6), and
+// running it would hold rows for a day or load the database with one claim.
+func (c *Config) validateBounds() *ConfigError {
+	for _, b := range []struct {
+		field    string
+		got, max int
+	}{
+		{"Workers", c.Workers, maxWorkers},
+		{"BatchSize", c.BatchSize, maxBatchSize},
+		{"MaxAttempts", c.MaxAttempts, maxMaxAttempts},
+	} {
+		if b.got > b.max {
+			return invalid(b.field, "must be at most %d, got %d", b.max, b.got)
+		}
+	}
+	for _, b := range []struct {
+		field    string
+		got, max time.Duration
+	}{
+		{"Lease", c.Lease, maxLease},
+		{"PollInterval", c.PollInterval, maxPollInterval},
+		{"RetryCap", c.RetryCap, maxRetryCap},
+		{"DeferDelay", c.DeferDelay, maxDeferDelay},
+		{"DeferMaxAge", c.DeferMaxAge, maxDeferMaxAge},
+		{"FetchCooldown", c.FetchCooldown, maxFetchCooldown},
+	} {
+		if b.got > b.max {
+			return invalid(b.field, "must be at most %s, got %s", b.max, b.got)
+		}
+	}
+	return nil
+}
+
+// The upper bounds of validateBounds.
+const (
+	maxWorkers       = 10_000
+	maxBatchSize     = 10_000
+	maxMaxAttempts   = 1_000
+	maxLease         = 24 * time.Hour
+	maxPollInterval  = 24 * time.Hour
+	maxRetryCap      = 30 * 24 * time.Hour
+	maxDeferDelay    = 7 * 24 * time.Hour
+	maxDeferMaxAge   = 365 * 24 * time.Hour
+	maxFetchCooldown = time.Minute
+)
 
 func (c *Config) validate() *ConfigError {
 	switch {

@@ -30,6 +30,13 @@ func TestConfigError(t *testing.T) {
 		{"NamespaceWithSpace", "IDNamespace", "", outbox.Config{IDNamespace: "my orders"}},
 		{"NamespaceTooLong", "IDNamespace", "", outbox.Config{IDNamespace: strings.Repeat("n", 65)}},
 		{"NegativeDeferMaxAge", "DeferMaxAge", "", outbox.Config{DeferMaxAge: -time.Second}},
+		// Past the upper bounds: a typo, not a setting.
+		{"AbsurdBatch", "BatchSize", "", outbox.Config{BatchSize: 1_000_000}},
+		{"AbsurdWorkers", "Workers", "", outbox.Config{Workers: 100_000}},
+		{"AbsurdMaxAttempts", "MaxAttempts", "", outbox.Config{MaxAttempts: 1_000_000}},
+		{"AbsurdLease", "Lease", "", outbox.Config{Lease: 60000 * time.Hour}},
+		{"AbsurdPollInterval", "PollInterval", "", outbox.Config{PollInterval: 1000 * time.Hour}},
+		{"AbsurdFetchCooldown", "FetchCooldown", "", outbox.Config{FetchCooldown: time.Hour}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -100,15 +100,36 @@ func TestConfigAndRoutes(t *testing.T) {
 		}
 	})
 
-	t.Run("ZeroMeansTheLibraryDefault", func(t *testing.T) {
+	t.Run("TypedZeroIsRefused", func(t *testing.T) {
 		t.Parallel()
 		c := newCLI(t, bin)
+		// 0 is the library's "use the default"; typed, it is a mistake, refused
+		// before anything connects (the DSN points nowhere).
 		for _, args := range [][]string{
 			{"--retry-base", "0"}, {"--retry-cap", "0"}, {"--workers", "0"}, {"--batch", "0"},
-			{"--poll-interval", "0"}, {"--lease", "0"}, {"--defer-delay", "0"},
+			{"--poll-interval", "0"}, {"--lease", "0"}, {"--defer-delay", "0"}, {"--publish-timeout", "0"},
+			{"--fetch-cooldown", "0"}, {"--max-attempts", "0"}, {"--batch", "-5"}, {"--lease", "-1s"},
 		} {
-			requireOK(t, c.run(t, append([]string{"config", "check"}, args...)...))
+			for _, cmd := range [][]string{{"config", "check"}, {"run", "--dsn", "postgres://127.0.0.1:1/x"}} {
+				r := c.run(t, append(cmd, args...)...)
+				requireFailure(t, r, 2)
+				require.Equal(t, "outboxd: "+args[0]+" must be positive, got "+args[1]+"\n",
+					strings.Replace(r.stderr, " 0s\n", " 0\n", 1), "%q", args)
+			}
 		}
+		// From the environment too.
+		r := runBin(t, c.bin, append(c.env, "OUTBOXD_BATCH=0"), nil, "config", "check")
+		requireFailure(t, r, 2)
+		require.Contains(t, r.stderr, "--batch must be positive, got 0")
+		// Past an upper bound: named by the flag.
+		r = c.run(t, "config", "check", "--batch", "1000000")
+		requireFailure(t, r, 2)
+		require.Equal(t, "outboxd: --batch must be at most 10000, got 1000000\n", r.stderr)
+		r = c.run(t, "run", "--dsn", "postgres://127.0.0.1:1/x", "--lease", "60000h")
+		requireFailure(t, r, 2)
+		require.Equal(t, "outboxd: --lease must be at most 24h0m0s, got 60000h0m0s\n", r.stderr)
+		// A zero with a meaning of its own stays a setting.
+		requireOK(t, c.run(t, "config", "check", "--heartbeat", "0", "--defer-max-age", "0"))
 	})
 
 	t.Run("ShortLeaseDerivesThePublishTimeout", func(t *testing.T) {

@@ -51,7 +51,7 @@ func (r *runFlags) register(fs *flag.FlagSet, defaultSink string) {
 	}{
 		{&r.lease, "lease", "Lease", outbox.LeaseDefault, "lease length"},
 		{&r.pollInterval, "poll-interval", "PollInterval", outbox.PollIntervalDefault, "poll interval when idle (NOTIFY wakes earlier)"},
-		{&r.publishTimeout, "publish-timeout", "PublishTimeout", 0, "timeout of one publish, at most half the lease without --heartbeat; 0 = 10s or half the lease, whichever is shorter"},
+		{&r.publishTimeout, "publish-timeout", "PublishTimeout", 0, "timeout of one publish, at most half the lease without --heartbeat (default 10s or half the lease, whichever is shorter)"},
 		{&r.retryBase, "retry-base", "RetryBase", outbox.RetryBaseDefault, "backoff base"},
 		{&r.retryCap, "retry-cap", "RetryCap", outbox.RetryCapDefault, "backoff cap"},
 		{&r.deferDelay, "defer-delay", "DeferDelay", outbox.DeferDelayDefault, "delay of a defer that names none (HTTP 425 without Retry-After)"},
@@ -63,6 +63,35 @@ func (r *runFlags) register(fs *flag.FlagSet, defaultSink string) {
 		fs.Var(&durationFlag{d: d.p}, d.name, d.use)
 		setsField(fs, d.name, d.field)
 	}
+}
+
+// zeroMeans names the numeric flags whose 0 is a setting of its own (not the
+// library's "use the default"), so a person may type it.
+var zeroMeans = map[string]bool{"heartbeat": true, "defer-max-age": true}
+
+// refuseZeros refuses a zero or negative value of a numeric flag that a
+// person set (by flag, environment or file): the library reads 0 as "the
+// default", which is not what --batch 0 asks for. A value left at its
+// default is the library's to fill.
+func (r *runFlags) refuseZeros() error {
+	var err error
+	r.fs.Visit(func(f *flag.Flag) {
+		if err != nil || zeroMeans[f.Name] || f.Annotations[configFieldAnnotation] == nil {
+			return
+		}
+		var zero bool
+		switch v := f.Value.(type) {
+		case *durationFlag:
+			zero = *v.d <= 0
+		default:
+			n, e := r.fs.GetInt(f.Name)
+			zero = e == nil && n <= 0
+		}
+		if zero {
+			err = usagef("--%s must be positive, got %s", f.Name, f.Value.String())
+		}
+	})
+	return err
 }
 
 // configFieldAnnotation is the flag annotation naming the field of the
@@ -95,6 +124,9 @@ func flagFor(fs *flag.FlagSet, field string) string {
 // names. A zero means the library's default, as it does there, but for
 // --defer-max-age, whose 0 is the library's "no limit", -1.
 func (r *runFlags) config(table string, logger *slog.Logger) (*outbox.Config, error) {
+	if err := r.refuseZeros(); err != nil {
+		return nil, err
+	}
 	maxAge := r.deferMaxAge
 	if maxAge == 0 {
 		maxAge = outbox.NoDeferMaxAge
