@@ -90,7 +90,9 @@ func buildBinary(t *testing.T) string {
 	// Generous: on a loaded machine the link alone can take minutes.
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", bin, "./cmd/outboxd")
+	// -buildvcs=auto: stamp the commit, as a plain go build does, whatever
+	// GOFLAGS the machine's go env sets.
+	cmd := exec.CommandContext(ctx, goBin, "build", "-buildvcs=auto", "-o", bin, "./cmd/outboxd")
 	cmd.Dir = filepath.Join("..", "..")
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "go build ./cmd/outboxd:\n%s", out)
@@ -1024,7 +1026,11 @@ func testHelp(t *testing.T, bin string) {
 
 	r = runBin(t, bin, env, nil, "version")
 	requireOK(t, r)
-	require.Regexp(t, `^outboxd \S+( \(revision [0-9a-f]+(, modified)?\))?\n$`, r.stdout)
+	require.Regexp(t, `^outboxd devel \(commit [0-9a-f]{40}(\+dirty)?, \S+\)\n$`, r.stdout)
+	require.Equal(t, r.stdout, runBin(t, bin, env, nil, "--version").stdout)
+	head, err := exec.Command("git", "-C", filepath.Join("..", ".."), "rev-parse", "HEAD").Output()
+	require.NoError(t, err, "the suite runs in a git checkout")
+	require.Contains(t, r.stdout, "commit "+strings.TrimSpace(string(head)))
 }
 
 var (

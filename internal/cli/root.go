@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"runtime/debug"
 	"strings"
 
@@ -172,36 +173,57 @@ func runCompletion(root *cobra.Command, e *env, args []string) error {
 	}
 }
 
-// versionString is the version this binary was built as: Version when the
-// build set it, else the module's version, then the VCS revision it was
-// built from, and "modified" when the tree had uncommitted changes.
+// versionString is the version this binary was built as (versionOf of
+// Version and the binary's build information).
 func versionString() string {
-	v := Version
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return v
-	}
-	if v == "dev" && info.Main.Version != "" {
-		v = info.Main.Version
-	}
-	var rev string
-	var modified bool
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			modified = s.Value == "true"
+	info, _ := debug.ReadBuildInfo()
+	return versionOf(Version, info)
+}
+
+// pseudoVersion matches the tail of a Go pseudo-version (a timestamp and a
+// commit), which the go command stamps on a build of an untagged checkout.
+var pseudoVersion = regexp.MustCompile(`[0-9]{14}-[0-9a-f]{12}(\+dirty)?$`)
+
+// versionOf renders a version: the one the build set (-X ...cli.Version), else
+// the module's release version, else "devel"; then the commit Go stamped into
+// the build information, "+dirty" when the tree had uncommitted changes. A
+// pseudo-version is not shown: it only repeats the commit. Without a stamp
+// (go run, -buildvcs=false) it says so rather than print nothing.
+func versionOf(set string, info *debug.BuildInfo) string {
+	v := set
+	if v == "dev" || v == "" {
+		v = "devel"
+		if info != nil && info.Main.Version != "" && info.Main.Version != "(devel)" && !pseudoVersion.MatchString(info.Main.Version) {
+			v = info.Main.Version
 		}
 	}
-	if rev == "" {
+	var rev, at string
+	var modified bool
+	if info != nil {
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.time":
+				at = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+	}
+	switch {
+	case rev == "" && v == "devel":
+		return v + " (commit unknown: built without VCS information, as by go run or -buildvcs=false; make build stamps it)"
+	case rev == "":
 		return v
 	}
-	v += " (revision " + rev
 	if modified {
-		v += ", modified"
+		rev += "+dirty"
 	}
-	return v + ")"
+	if at != "" {
+		return v + " (commit " + rev + ", " + at + ")"
+	}
+	return v + " (commit " + rev + ")"
 }
 
 // didYouMean renders suggestions as " (did you mean X?)", each with prefix.
