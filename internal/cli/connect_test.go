@@ -150,6 +150,17 @@ func TestConfigCheckConnect(t *testing.T) {
 		}
 	})
 
+	t.Run("WebhookPathNotFound", func(t *testing.T) {
+		hook := httptest.NewServer(http.NotFoundHandler())
+		defer hook.Close()
+		r := connectCheck(t, dsn, "--no-notify", "--table", "x.nothing", "--sink", hook.URL+"/hok")
+		require.Equal(t, outboxcli.ExitFailure, r.code, "%s", r)
+		line := checkLine(t, r, "FAIL", "sink http://", "reachable and authenticated")
+		require.Contains(t, line, "answered 404 Not Found to HEAD", "%s", line)
+		require.Contains(t, line, "fix: correct the path", "%s", line)
+		require.NotContains(t, r.stdout, "every connection check passed")
+	})
+
 	t.Run("WrongCredentials", func(t *testing.T) {
 		// The default Redis user takes any password: an ACL user has one.
 		rdb := redis.NewClient(&redis.Options{Addr: redisAddr})

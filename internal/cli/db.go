@@ -46,13 +46,25 @@ func (d *dbFlags) resolveDSN(e *env) string {
 	return e.getenv("OUTBOX_DSN")
 }
 
-// connect opens a pool and checks that the server answers. Errors never
-// contain the password.
-func (d *dbFlags) connect(ctx context.Context, e *env, maxConns int32) (*pgxpool.Pool, error) {
+// poolConfig parses the connection string as connect does, without
+// connecting: a string that does not parse is a usage error, its text
+// scrubbed of the value.
+func (d *dbFlags) poolConfig(e *env) (*pgxpool.Config, error) {
 	dsn := d.resolveDSN(e)
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, usagef("invalid DSN: %s", dsnErrText(err, dsn))
+	}
+	return cfg, nil
+}
+
+// connect opens a pool and checks that the server answers. Errors never
+// contain the password.
+func (d *dbFlags) connect(ctx context.Context, e *env, maxConns int32) (*pgxpool.Pool, error) {
+	dsn := d.resolveDSN(e)
+	cfg, err := d.poolConfig(e)
+	if err != nil {
+		return nil, err
 	}
 	password := cfg.ConnConfig.Password
 	// pgconn has put application_name there if the DSN or PGAPPNAME set it.

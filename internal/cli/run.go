@@ -86,7 +86,8 @@ func (s *runSetup) parse(e *env, args []string) error {
 	if _, err := outbox.NewAdmin(nil, s.db.table); err != nil {
 		return usagef("--table: %v", err)
 	}
-	return nil
+	_, err = s.db.poolConfig(e)
+	return err
 }
 
 // allRoutes returns the effective routes: --route flags, else the file's.

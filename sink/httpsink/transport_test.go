@@ -19,6 +19,7 @@ import (
 
 	"github.com/outboxd/outbox"
 	"github.com/outboxd/outbox/sink/httpsink"
+	"github.com/outboxd/outbox/sink/sinkutil"
 )
 
 // closingServer answers each request with 204 and then closes the
@@ -179,4 +180,36 @@ func TestPublishEndlessResponseHeaders(t *testing.T) {
 	err = publish(t, s, testMessage(1))
 	require.True(t, outbox.IsRetryable(err), "%v", err)
 	require.ErrorContains(t, err, "larger than 1 MiB")
+}
+
+// A path nothing answers at fails the check, unless OPTIONS shows it takes
+// POST (a framework that answers HEAD on a POST-only route with 404).
+func TestCheckNotFound(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/post-only" && r.Method == http.MethodOptions:
+			w.Header().Set("Allow", "POST")
+			w.WriteHeader(http.StatusOK)
+		case r.URL.Path == "/gone":
+			w.WriteHeader(http.StatusGone)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+	endpoint := func(path string) sinkutil.Check {
+		checks := httpsink.Check(context.Background(), srv.URL+path)
+		require.Len(t, checks, 2)
+		require.NoError(t, checks[0].Err, checks[0].What)
+		return checks[1]
+	}
+	for _, path := range []string{"/hok", "/gone"} {
+		c := endpoint(path)
+		require.Error(t, c.Err, path)
+		require.Contains(t, c.Err.Error(), "to HEAD")
+		require.Contains(t, c.Fix, "correct the path")
+	}
+	c := endpoint("/post-only")
+	require.NoError(t, c.Err)
+	require.Equal(t, "HEAD answered 404 Not Found, OPTIONS allows POST", c.Note)
 }
