@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -18,6 +19,11 @@ const (
 // credential or certificate problem concerns every message, not one): no
 // claims, unstarted rows released, then one row claimed as a probe after
 // a backoff. Any answer of the sink other than Unavailable closes it.
+//
+// The probe needs a row to claim: a refused message is due again just
+// before the probe (retryIn), so it can be the probe even when every
+// pending message was refused. Parking refused messages for longer left
+// the probe nothing to claim, and a healed sink idle for that long.
 type breaker struct {
 	mu       sync.Mutex
 	state    breakerState
@@ -34,9 +40,10 @@ const (
 	breakerProbing
 )
 
-// trip opens the breaker; tripped is false when it was already open (a
+// trip opens the breaker until the next probe, at least after (what the
+// sink asked for) from now; tripped is false when it was already open (a
 // publish that started before the pause), so each pause is reported once.
-func (b *breaker) trip() (pause time.Duration, tripped bool) {
+func (b *breaker) trip(after time.Duration) (wait time.Duration, tripped bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch b.state {
@@ -47,8 +54,21 @@ func (b *breaker) trip() (pause time.Duration, tripped bool) {
 	default:
 		b.pause = SinkPauseMin
 	}
-	b.state, b.until, b.probeOut = breakerOpen, time.Now().Add(b.pause), false
-	return b.pause, true
+	wait = max(b.pause, after)
+	b.state, b.until, b.probeOut = breakerOpen, time.Now().Add(wait), false
+	return wait, true
+}
+
+// retryIn is how long a message the sink refused waits: until just before
+// the probe, so the probe may claim it (the database's clock and the
+// finalize's latency must not make it late); 0 when the breaker is closed.
+func (b *breaker) retryIn() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state != breakerOpen {
+		return 0
+	}
+	return max(time.Until(b.until), 0) * 9 / 10
 }
 
 // answered closes the breaker; resumed reports that it was not closed.
@@ -105,8 +125,8 @@ func (b *breaker) claimed(n int) {
 // observeSink feeds a publish's result to the breaker, reporting a pause
 // and a resumption once each.
 func (d *Dispatcher) observeSink(err error) {
-	if IsUnavailable(err) {
-		pause, tripped := d.breaker.trip()
+	if unavailable := (*UnavailableError)(nil); errors.As(err, &unavailable) {
+		pause, tripped := d.breaker.trip(d.retryFloor(unavailable.After))
 		if !tripped {
 			return
 		}

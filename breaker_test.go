@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -15,7 +16,8 @@ import (
 // A sink that reports itself unavailable (credentials rotated) pauses the
 // whole sink: claims stop, unstarted rows are released with their attempt
 // refunded, one row probes after a backoff, and the first answer resumes
-// delivery. Nothing goes dead and no attempt is spent.
+// delivery of every message, the refused ones included. Nothing goes dead
+// and no attempt is spent.
 func TestUnavailableSinkPausesClaims(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -48,9 +50,10 @@ func TestUnavailableSinkPausesClaims(t *testing.T) {
 
 	down.Store(false)
 	refusedMu.Lock()
-	nRefused := len(refused)
+	require.NotEmpty(t, refused)
 	refusedMu.Unlock()
-	eventually(t, func() bool { return b.tryCount("done") == n-nRefused }, "delivery did not resume")
+	// The refused messages too: they are due again by the next probe.
+	eventually(t, func() bool { return b.tryCount("done") == n }, "delivery did not resume")
 	require.Zero(t, b.tryCount("dead"))
 	for _, r := range b.rows(t) {
 		if r.Status == "pending" {
@@ -71,10 +74,53 @@ type pauseHook struct {
 	outbox.BaseHook
 	mu     sync.Mutex
 	events []outbox.SinkPauseEvent
+	paused chan struct{} // if not nil, signalled on each pause
 }
 
 func (h *pauseHook) OnSinkPause(ev outbox.SinkPauseEvent) {
 	h.mu.Lock()
 	h.events = append(h.events, ev)
 	h.mu.Unlock()
+	if ev.Paused && h.paused != nil {
+		select {
+		case h.paused <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Every pending message refused while the credential was broken: the probe
+// must find one of them to try, so delivery resumes within a few probe
+// intervals of the fix (the refusals used to park each message for 30 s,
+// leaving the probe nothing to claim), and nothing spends an attempt.
+func TestUnavailableSinkResumesAfterRefusingEveryMessage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 5
+	b.enqueueN(t, n, "a")
+
+	var down atomic.Bool
+	down.Store(true)
+	sink := outbox.SinkFunc(func(_ context.Context, m *outbox.Message) error {
+		if down.Load() {
+			return outbox.Unavailable(errors.New("WRONGPASS invalid username-password pair"))
+		}
+		return nil
+	})
+	hook := &pauseHook{paused: make(chan struct{}, 16)}
+	d := b.dispatcher(t, sink, &outbox.Config{Workers: n, RetryBase: 100 * time.Millisecond, RetryCap: 500 * time.Millisecond, Hook: hook})
+	start(t, d)
+	<-hook.paused
+	// Every message was refused, or released unstarted, and is back to
+	// pending.
+	eventually(t, func() bool { return b.tryCount("pending") == n }, "messages not back to pending")
+	require.Positive(t, d.Stats().Deferred)
+	down.Store(false)
+	healed := time.Now()
+	require.Eventually(t, func() bool { return b.tryCount("done") == n }, 4*outbox.SinkPauseMin, 10*time.Millisecond,
+		"delivery did not resume within a few probe intervals of the fix")
+	t.Logf("resumed %s after the fix", time.Since(healed))
+	for _, r := range b.rows(t) {
+		require.Equal(t, 1, r.Attempts, "row %d: the refusals spent no attempt", r.ID)
+	}
 }

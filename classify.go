@@ -14,8 +14,8 @@ import (
 //   - nil: done.
 //   - Defer: pending after its delay, attempt refunded; dead once the message
 //     is older than DeferMaxAge.
-//   - Unavailable (a condition of the sink's connection): pending after at
-//     least UnavailableDelayDefault, attempt refunded.
+//   - Unavailable (a condition of the sink's connection): pending, attempt
+//     refunded, due again just before the paused sink's probe.
 //   - Permanent, or a sink panic: dead at once.
 //   - Retryable, a publish timeout, or an unclassified error: pending after a
 //     full-jitter backoff; dead when this was the last attempt. Unclassified
@@ -48,7 +48,7 @@ func (d *Dispatcher) classify(c *claimed, err error) verdict {
 		// A condition of the connection, not of the message: no attempt spent.
 		r.outcome = OutcomeDefer
 		r.write.Status, r.write.Refund, r.write.Error = store.StatusPending, true, msg
-		r.write.Delay = max(d.retryFloor(unavErr.After), UnavailableDelayDefault)
+		r.write.Delay = d.breaker.retryIn()
 		return r
 	case errors.As(err, &permErr), errors.As(err, &panicErr):
 		return d.dead(r, msg)

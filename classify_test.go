@@ -325,6 +325,32 @@ func TestUnavailableRefundsTheAttempt(t *testing.T) {
 	require.Equal(t, "pending", r.Status)
 	require.Equal(t, 0, r.Attempts, "the attempt is refunded")
 	require.Equal(t, "sink unavailable: NOAUTH Authentication required", r.lastError())
-	require.GreaterOrEqual(t, r.AvailableAt.Sub(before), outbox.UnavailableDelayDefault)
+	// Due again just before the probe, so the probe can claim it.
+	require.Less(t, r.AvailableAt.Sub(before), outbox.SinkPauseMin)
 	require.Zero(t, d.Stats().Dead)
+}
+
+// A sink that says how long it stays unavailable sets the pause, and the
+// refused message waits as long.
+func TestUnavailableAfterSetsThePause(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.enqueueN(t, 1, "a")[0]
+	const after = 5 * time.Second
+	rec := newRecorder(func(context.Context, *outbox.Message) error {
+		return &outbox.UnavailableError{Err: errors.New("quota exhausted"), After: after}
+	})
+	hook := &pauseHook{paused: make(chan struct{}, 1)}
+	d := b.dispatcher(t, rec.Sink(), &outbox.Config{Hook: hook})
+	before := b.dbNow(t)
+	start(t, d)
+	<-hook.paused
+	eventually(t, func() bool { return d.Stats().Deferred == 1 })
+	hook.mu.Lock()
+	require.Equal(t, after, hook.events[0].Pause)
+	hook.mu.Unlock()
+	r := b.row(t, id)
+	require.Equal(t, "pending", r.Status)
+	require.Greater(t, r.AvailableAt.Sub(before), after*8/10)
+	require.Less(t, r.AvailableAt.Sub(before), after)
 }

@@ -91,17 +91,15 @@ func Defer(delay time.Duration, reason string) error {
 // for a reason of its connection, not of the message: authentication or
 // authorization refused, a certificate expired or untrusted. Such a failure
 // does not spend the message's attempt (a credential rotation must not send
-// healthy messages dead); the message goes back to pending after at least
-// After, or [UnavailableDelayDefault] when After is zero. Build one with
-// [Unavailable].
+// healthy messages dead). The dispatcher pauses the sink: it stops claiming
+// and probes with one message after [SinkPauseMin], doubling the pause on
+// each refusal up to [SinkPauseMax], or after After when that is longer
+// (cut like a [RetryableAfter]'s). The refused message is due again just
+// before the probe. Build one with [Unavailable].
 type UnavailableError struct {
 	Err   error
 	After time.Duration
 }
-
-// UnavailableDelayDefault is the least delay before a message refused by an
-// unavailable sink is tried again.
-const UnavailableDelayDefault = 30 * time.Second
 
 func (e *UnavailableError) Error() string { return fmt.Sprintf("sink unavailable: %v", e.Err) }
 func (e *UnavailableError) Unwrap() error { return e.Err }
