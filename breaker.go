@@ -60,15 +60,17 @@ func (b *breaker) trip(after time.Duration) (wait time.Duration, tripped bool) {
 }
 
 // retryIn is how long a message the sink refused waits: until just before
-// the probe, so the probe may claim it (the database's clock and the
-// finalize's latency must not make it late); 0 when the breaker is closed.
+// the probe, so the probe may claim it (the finalize that writes the delay
+// comes after the trip, and must not make it late); 0 when the breaker is
+// closed.
 func (b *breaker) retryIn() time.Duration {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.state != breakerOpen {
 		return 0
 	}
-	return max(time.Until(b.until), 0) * 9 / 10
+	wait := time.Until(b.until)
+	return max(wait-min(wait/10, 250*time.Millisecond), 0)
 }
 
 // answered closes the breaker; resumed reports that it was not closed.

@@ -92,3 +92,29 @@ func TestConformance(t *testing.T) {
 		},
 	})
 }
+
+// A receiver that refuses the webhook's credential (401) and then accepts
+// it again: every message arrives once it heals, none dead.
+func TestCredentialHeals(t *testing.T) {
+	t.Parallel()
+	w := newWebhookServer(t)
+	var refusing atomic.Bool
+	gate := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
+		if user, pass, ok := req.BasicAuth(); refusing.Load() || !ok || user != "relay" || pass != "s3cret" {
+			rw.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		w.srv.Config.Handler.ServeHTTP(rw, req)
+	}))
+	t.Cleanup(gate.Close)
+	sinktest.CredentialHeals(t, sinktest.Credential{
+		New: func(t *testing.T) (outbox.Sink, sinktest.Receiver) {
+			u := strings.Replace(gate.URL, "http://", "http://relay:s3cret@", 1) + "/heals"
+			s, err := httpsink.New(u, nil)
+			require.NoError(t, err)
+			return s, pathReceiver{w: w, path: "/heals"}
+		},
+		Break: func(*testing.T) { refusing.Store(true) },
+		Heal:  func(*testing.T) { refusing.Store(false) },
+	})
+}
