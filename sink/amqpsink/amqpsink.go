@@ -93,7 +93,12 @@ type Sink struct {
 	mu      sync.Mutex
 	sess    *session
 	downErr error         // what a publish gets while sess is nil; nil before the first attempt ends
-	changed chan struct{} // closed and replaced on every change of sess or of a channel
+	// connecting: a connection attempt is under way, and a publish waits
+	// for its outcome rather than fail with the previous one (a refused
+	// handshake can take the broker seconds: failing every publish for
+	// that long spent their attempts).
+	connecting bool
+	changed    chan struct{} // closed and replaced on every change of sess or of a channel
 }
 
 var _ outbox.Sink = (*Sink)(nil)

@@ -56,3 +56,28 @@ func publishUntil(t *testing.T, s *amqpsink.Sink, m *outbox.Message, done func(e
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A dispatcher relays through a user whose password is changed (its
+// connections closed) while messages wait, then changed back: every message
+// arrives within a few probe intervals, none dead.
+//
+// Not parallel, for rabbitmqctl (above).
+func TestCredentialHeals(t *testing.T) {
+	a := newAdmin(t)
+	r := a.queue(t, nil, "")
+	user := newUser(t, "old-pw", ".*", ".*", ".*")
+	sinktest.CredentialHeals(t, sinktest.Credential{
+		New: func(t *testing.T) (outbox.Sink, sinktest.Receiver) {
+			raw := (&url.URL{Scheme: "amqp", User: url.UserPassword(user, "old-pw"), Host: upstream, Path: "/",
+				RawQuery: url.Values{"routing_key": {r.name}, "reconnect_max": {"200ms"}}.Encode()}).String()
+			s, err := amqpsink.New(raw, nil)
+			require.NoError(t, err)
+			return s, r
+		},
+		Break: func(t *testing.T) {
+			ctl(t, "change_password", user, "new-pw")
+			ctl(t, "close_all_user_connections", user, "password rotated")
+		},
+		Heal: func(t *testing.T) { ctl(t, "change_password", user, "old-pw") },
+	})
+}

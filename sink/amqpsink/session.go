@@ -58,6 +58,7 @@ func (s *Sink) run() {
 	defer s.settle(nil)
 	failures, configFailures := 0, 0
 	for {
+		s.beginAttempt()
 		ss, err := s.connect()
 		if err != nil {
 			if s.ctx.Err() != nil {
@@ -307,9 +308,17 @@ func (s *Sink) sleep(d time.Duration) bool {
 // publishes get while there is none.
 func (s *Sink) setDown(ss *session, err error) {
 	s.mu.Lock()
-	s.sess, s.downErr = ss, err
+	s.sess, s.downErr, s.connecting = ss, err, false
 	s.mu.Unlock()
 	s.broadcast()
+}
+
+// beginAttempt marks a connection attempt under way: publishes wait for
+// its outcome (setDown), bounded by their context.
+func (s *Sink) beginAttempt() {
+	s.mu.Lock()
+	s.connecting = true
+	s.mu.Unlock()
 }
 
 // broadcast wakes every publish waiting for the state to change.
@@ -343,5 +352,8 @@ func (s *Sink) settle(err error) {
 func (s *Sink) state() (*session, error, <-chan struct{}) { //nolint:staticcheck // ST1008: downErr is a value to hand on, not this call's failure
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.connecting {
+		return s.sess, nil, s.changed
+	}
 	return s.sess, s.downErr, s.changed
 }

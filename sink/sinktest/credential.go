@@ -50,6 +50,7 @@ func CredentialHeals(t *testing.T, c Credential) {
 	sink, recv := c.New(t)
 	t.Cleanup(func() { _ = sink.Close() })
 	c.Break(t)
+	broken := time.Now()
 	paused := &pauseSignal{ch: make(chan outbox.SinkPauseEvent, 64)}
 	d, err := outbox.NewDispatcher(pool, sink, &outbox.Config{
 		Table: table, Workers: credentialMessages, PollInterval: 100 * time.Millisecond,
@@ -68,13 +69,16 @@ func CredentialHeals(t *testing.T, c Credential) {
 	}
 	require.Eventually(t, func() bool { return countStatus(t, pool, table, "pending") == credentialMessages },
 		10*time.Second, 10*time.Millisecond, "the refused messages did not go back to pending")
+	brokenFor := time.Since(broken)
 	c.Heal(t)
 	healed := time.Now()
 	// Probes come SinkPauseMin apart, doubled per refusal (1s, 2s, 4s):
 	// this allows for two probes refused while the fix was on its way, and
 	// for the client's reconnect.
 	got := recv.Receive(t, credentialMessages, 8*outbox.SinkPauseMin)
-	t.Logf("delivered %d messages %s after the credential healed", len(got), time.Since(healed).Round(time.Millisecond))
+	st := d.Stats()
+	t.Logf("broken for %s; delivered %d messages %s after the credential healed; %d pauses, %d refusals, %d retries",
+		brokenFor.Round(time.Millisecond), len(got), time.Since(healed).Round(time.Millisecond), st.SinkPauses, st.Deferred, st.Retried)
 	seen := map[string]bool{}
 	for _, r := range got {
 		seen[r.ID] = true
