@@ -92,7 +92,7 @@ type Sink struct {
 
 	mu      sync.Mutex
 	sess    *session
-	downErr error         // what a publish gets while sess is nil; nil before the first attempt ends
+	downErr error // what a publish gets while sess is nil; nil before the first attempt ends
 	// connecting: a connection attempt is under way, and a publish waits
 	// for its outcome rather than fail with the previous one (a refused
 	// handshake can take the broker seconds: failing every publish for
