@@ -54,10 +54,16 @@ type subscriber struct {
 
 func subscribe(t testing.TB, filter string) *subscriber {
 	t.Helper()
+	return subscribeAt(t, upstream, "", "", filter)
+}
+
+// subscribeAt is subscribe on the broker at addr, as user (none if empty).
+func subscribeAt(t testing.TB, addr, user, password, filter string) *subscriber {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", upstream)
-	require.NoError(t, err, "MQTT broker at %s is required for these tests", upstream)
+	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	require.NoError(t, err, "MQTT broker at %s is required for these tests", addr)
 	sub := &subscriber{}
 	c := paho.NewClient(paho.ClientConfig{
 		Conn:     conn,
@@ -76,7 +82,11 @@ func subscribe(t testing.TB, filter string) *subscriber {
 			},
 		},
 	})
-	ca, err := c.Connect(ctx, &paho.Connect{ClientID: c.ClientID(), CleanStart: true, KeepAlive: 30})
+	cp := &paho.Connect{ClientID: c.ClientID(), CleanStart: true, KeepAlive: 30}
+	if user != "" {
+		cp.Username, cp.UsernameFlag, cp.Password, cp.PasswordFlag = user, true, []byte(password), true
+	}
+	ca, err := c.Connect(ctx, cp)
 	require.NoError(t, err)
 	require.Equal(t, byte(0), ca.ReasonCode)
 	t.Cleanup(func() { _ = c.Disconnect(&paho.Disconnect{ReasonCode: 0}) })

@@ -63,8 +63,9 @@ func publishUntil(t *testing.T, publish func() error, done func(error) bool) err
 }
 
 // startPasswordBroker runs a Mosquitto of its own on a free loopback port,
-// accepting only the user name with password, and returns its address and a function
-// that changes the password and has the broker reload it (SIGHUP).
+// accepting only the user name with password (and readerUser), and returns
+// its address and a function that changes the password and has the broker
+// reload it (SIGHUP).
 func startPasswordBroker(t *testing.T, name, password string) (string, func(string)) {
 	t.Helper()
 	bin, err := exec.LookPath("mosquitto")
@@ -77,6 +78,8 @@ func startPasswordBroker(t *testing.T, name, password string) (string, func(stri
 		require.NoError(t, err, "mosquitto_passwd: %s", out)
 	}
 	require.NoError(t, os.WriteFile(passwd, nil, 0o600))
+	out, err := exec.Command("mosquitto_passwd", "-b", passwd, readerUser, readerPassword).CombinedOutput()
+	require.NoError(t, err, "mosquitto_passwd: %s", out)
 	setPassword(password)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -111,4 +114,27 @@ func startPasswordBroker(t *testing.T, name, password string) (string, func(stri
 		setPassword(pw)
 		require.NoError(t, cmd.Process.Signal(syscall.SIGHUP))
 	}
+}
+
+// The user startPasswordBroker's broker always accepts, for a subscriber
+// that outlives a rotation.
+const readerUser, readerPassword = "reader", "reader-pw"
+
+// A dispatcher relays through a user whose password the broker's reloaded
+// password file changes while messages wait, then changes back: every
+// message arrives within a few probe intervals, none dead.
+func TestCredentialHeals(t *testing.T) {
+	t.Parallel()
+	addr, setPassword := startPasswordBroker(t, "app", "old-pw")
+	root := newTopicRoot()
+	sub := subscribeAt(t, addr, readerUser, readerPassword, root+"/#")
+	sinktest.CredentialHeals(t, sinktest.Credential{
+		New: func(t *testing.T) (outbox.Sink, sinktest.Receiver) {
+			s, err := mqttsink.New("mqtt://app:old-pw@"+addr+"?topic="+root+"/{event_type}", nil)
+			require.NoError(t, err)
+			return s, sub
+		},
+		Break: func(*testing.T) { setPassword("new-pw") },
+		Heal:  func(*testing.T) { setPassword("old-pw") },
+	})
 }

@@ -3,7 +3,9 @@ package natssink_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/outboxd/outbox/internal/testdb"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// testdb.Main: the credential test runs a dispatcher on a real table. It
+// checks for leaked goroutines as goleak.VerifyTestMain did.
+func TestMain(m *testing.M) { testdb.Main(m) }

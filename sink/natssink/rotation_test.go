@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/sink/natssink"
 	"github.com/outboxd/outbox/sink/sinktest"
 )
 
@@ -63,4 +64,23 @@ func publishUntil(t *testing.T, publish func() error, done func(error) bool) err
 			return err
 		}
 	}
+}
+
+// A dispatcher relays through a user whose password a configuration reload
+// changes while messages wait, then changes back: every message arrives
+// within a few probe intervals, none dead.
+func TestCredentialHeals(t *testing.T) {
+	t.Parallel()
+	addr, reload := startReloadableServer(t, rotationConfig("old-pw"))
+	js := admin(t, addr, nats.UserInfo("admin", "admin-pw"))
+	prefix, stream := newStream(t, js, nil)
+	sinktest.CredentialHeals(t, sinktest.Credential{
+		New: func(t *testing.T) (outbox.Sink, sinktest.Receiver) {
+			s, err := natssink.New("nats://app:old-pw@"+addr+"?subject="+prefix+".x&reconnect_wait=50ms", nil)
+			require.NoError(t, err)
+			return s, newReceiver(js, stream)
+		},
+		Break: func(*testing.T) { reload(rotationConfig("new-pw")) },
+		Heal:  func(*testing.T) { reload(rotationConfig("old-pw")) },
+	})
 }
