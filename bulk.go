@@ -27,7 +27,30 @@ type BulkOpts struct {
 	BatchSize int
 	// Progress, when set, is called after each batch with the running total.
 	Progress func(done int64)
+	// Bound pins the action to what its preview saw; see [Bound]. Nil
+	// pins it to the table as the action starts.
+	Bound *Bound
+	// IncludeNewer lifts the pin: rows that come to match while the action
+	// runs are acted on too, and the total is not fixed at the start.
+	IncludeNewer bool
+	// Total, when set, is called once before the first batch with the
+	// number of rows the pinned action will act on at most (with
+	// IncludeNewer, how many match then).
+	Total func(n int64)
 }
+
+// Bound pins a bulk action to the rows its preview counted, so that what
+// producers and dispatchers do meanwhile cannot widen it: only rows with an
+// id up to MaxID, and at most Limit of them ([NoLimit]: as many as match
+// within MaxID when the action starts). [Admin.PreviewMatching] returns the
+// bound it counted within.
+type Bound struct {
+	MaxID int64
+	Limit int64
+}
+
+// NoLimit is a [Bound]'s Limit when the preview's count was not exact.
+const NoLimit = -1
 
 // ReplayOpts tune [Admin.Replay].
 type ReplayOpts struct {
@@ -45,6 +68,10 @@ type ReplayOpts struct {
 	BatchSize int
 	// Progress, when set, is called after each batch with the running total.
 	Progress func(done int64)
+	// Bound, IncludeNewer and Total are [BulkOpts]'.
+	Bound        *Bound
+	IncludeNewer bool
+	Total        func(n int64)
 }
 
 // replayName keeps a replay's name a valid header value on every broker.
@@ -63,7 +90,7 @@ const ReplayHeader = "Outbox-Replay"
 // rolls back the batch in flight; what was moved stays moved and audited.
 func (a *Admin) DeadRetryMatching(ctx context.Context, f Filter, o BulkOpts) (int64, error) {
 	return a.bulk(ctx, store.ActionDeadRetry, "dead", f, bulkRun{dryRun: o.DryRun, actor: o.Actor,
-		batch: o.BatchSize, progress: o.Progress})
+		batch: o.BatchSize, progress: o.Progress, bound: o.Bound, includeNewer: o.IncludeNewer, total: o.Total})
 }
 
 // DeadSkipMatching marks every dead message matching f done without
@@ -71,7 +98,7 @@ func (a *Admin) DeadRetryMatching(ctx context.Context, f Filter, o BulkOpts) (in
 // like [Admin.DeadRetryMatching].
 func (a *Admin) DeadSkipMatching(ctx context.Context, f Filter, o BulkOpts) (int64, error) {
 	return a.bulk(ctx, store.ActionDeadSkip, "dead", f, bulkRun{dryRun: o.DryRun, actor: o.Actor,
-		batch: o.BatchSize, progress: o.Progress})
+		batch: o.BatchSize, progress: o.Progress, bound: o.Bound, includeNewer: o.IncludeNewer, total: o.Total})
 }
 
 // Replay delivers again the done messages matching f: each goes back to
@@ -85,7 +112,7 @@ func (a *Admin) Replay(ctx context.Context, f Filter, o ReplayOpts) (int64, erro
 		return 0, err
 	}
 	return a.bulk(ctx, store.ActionReplay, "done", f, bulkRun{dryRun: o.DryRun, actor: o.Actor, name: o.Name,
-		rate: o.Rate, batch: o.BatchSize, progress: o.Progress})
+		rate: o.Rate, batch: o.BatchSize, progress: o.Progress, bound: o.Bound, includeNewer: o.IncludeNewer, total: o.Total})
 }
 
 // Validate reports the first option a replay cannot run with, as a
@@ -113,12 +140,15 @@ type ReplayOptsError struct {
 func (e *ReplayOptsError) Error() string { return "outbox: replay: " + e.Field + " " + e.Reason }
 
 type bulkRun struct {
-	dryRun   bool
-	actor    string
-	name     string
-	rate     float64
-	batch    int
-	progress func(int64)
+	dryRun       bool
+	actor        string
+	name         string
+	rate         float64
+	batch        int
+	progress     func(int64)
+	bound        *Bound
+	includeNewer bool
+	total        func(int64)
 }
 
 func (a *Admin) bulk(ctx context.Context, action store.Action, status string, f Filter, r bulkRun) (int64, error) {
@@ -126,8 +156,8 @@ func (a *Admin) bulk(ctx context.Context, action store.Action, status string, f 
 		return 0, err
 	}
 	if len(f.Status) > 0 && slices.ContainsFunc(f.Status, func(s string) bool { return s != status }) {
-		return 0, &FilterError{Term: "status=" + f.sortedStatusText(),
-			Err: fmt.Errorf("%s acts on %s messages only", label(string(action)), status)}
+		return 0, &FilterError{Term: "status",
+			Err: fmt.Errorf("%s acts on %s messages only, not %s", label(string(action)), status, f.sortedStatusText())}
 	}
 	table, err := a.store.Resolve(ctx, a.db)
 	if err != nil {
@@ -136,10 +166,27 @@ func (a *Admin) bulk(ctx context.Context, action store.Action, status string, f 
 	entry := AuditEntry{Actor: r.actor, Action: string(action), Name: r.name, Filter: f.Terms(), DryRun: r.dryRun}
 	scoped := store.Filter(f)
 	scoped.Status = []string{status}
-	if r.dryRun {
-		n, err := a.store.Count(ctx, a.db, scoped, 0)
-		if err != nil {
+	limit := int64(-1) // unpinned
+	switch {
+	case !r.includeNewer:
+		if scoped, limit, err = a.pin(ctx, scoped, r.bound); err != nil {
 			return 0, fmt.Errorf("outbox: %s: %w", label(string(action)), err)
+		}
+		if r.total != nil {
+			r.total(limit)
+		}
+	case r.total != nil:
+		// Unpinned: what matches now, as the best estimate of the total.
+		if n, err := a.store.Count(ctx, a.db, scoped, 0); err == nil {
+			r.total(n)
+		}
+	}
+	if r.dryRun {
+		n := limit
+		if n < 0 {
+			if n, err = a.store.Count(ctx, a.db, scoped, 0); err != nil {
+				return 0, fmt.Errorf("outbox: %s: %w", label(string(action)), err)
+			}
 		}
 		entry.Count = n
 		return n, a.auditDryRun(ctx, entry)
@@ -148,14 +195,42 @@ func (a *Admin) bulk(ctx context.Context, action store.Action, status string, f 
 	if err != nil {
 		return 0, err
 	}
-	p := store.BatchParams{Filter: store.Filter(f), Size: batchSize(r.batch, r.rate), AuditID: auditID,
+	scoped.Status = f.Status // the batch statements fence on the action's status themselves
+	p := store.BatchParams{Filter: scoped, Size: batchSize(r.batch, r.rate), AuditID: auditID,
 		Channel: table.Channel(), Name: r.name}
-	total, runErr := a.batches(ctx, action, p, r)
+	total, runErr := a.batches(ctx, action, p, r, limit)
 	entry.Count = total
 	if err := a.auditEnd(ctx, auditID, entry, nil, runErr); err != nil && runErr == nil {
 		runErr = err
 	}
 	return total, runErr
+}
+
+// pin narrows f to the bound's ids (to the table's highest id now, with
+// no bound) and returns how many rows the action may move: the exact count
+// of f within them now, no more than the bound's Limit.
+func (a *Admin) pin(ctx context.Context, f store.Filter, b *Bound) (store.Filter, int64, error) {
+	if b == nil {
+		maxID, _, err := a.store.MaxID(ctx, a.db)
+		if err != nil {
+			return f, 0, err
+		}
+		b = &Bound{MaxID: maxID, Limit: NoLimit}
+	}
+	if b.MaxID <= 0 {
+		return f, 0, nil // the preview saw an empty table: nothing to act on
+	}
+	if f.IDMax == 0 || f.IDMax > b.MaxID {
+		f.IDMax = b.MaxID
+	}
+	n, err := a.store.Count(ctx, a.db, f, 0)
+	if err != nil {
+		return f, 0, err
+	}
+	if b.Limit >= 0 {
+		n = min(n, b.Limit)
+	}
+	return f, n, nil
 }
 
 // label is an action as the user reads it: "dead retry".
@@ -171,13 +246,21 @@ func batchSize(size int, rate float64) int {
 	return size
 }
 
-// batches runs the batches until one comes back short, pacing them by rate.
-func (a *Admin) batches(ctx context.Context, action store.Action, p store.BatchParams, r bulkRun) (int64, error) {
+// batches runs the batches until one comes back short, or limit rows
+// moved (limit < 0: no limit), pacing them by rate.
+func (a *Admin) batches(ctx context.Context, action store.Action, p store.BatchParams, r bulkRun, limit int64) (int64, error) {
 	pace := a.pace.start(r.rate)
+	size := p.Size
 	var total int64
 	for {
+		if limit == 0 {
+			return 0, nil
+		}
 		if err := ctx.Err(); err != nil {
 			return total, fmt.Errorf("outbox: %s: stopped after %d: %w", label(string(action)), total, err)
+		}
+		if limit >= 0 {
+			p.Size = int(min(int64(size), limit-total))
 		}
 		// A batch is not cancelled mid-flight: cancelled while its commit
 		// is on the way, it would move its rows and report none. The
@@ -190,7 +273,7 @@ func (a *Admin) batches(ctx context.Context, action store.Action, p store.BatchP
 		if r.progress != nil && b.Moved > 0 {
 			r.progress(total)
 		}
-		if b.Picked < int64(p.Size) {
+		if b.Picked < int64(p.Size) || limit >= 0 && total >= limit {
 			return total, nil
 		}
 		p.After = b.Cursor
@@ -254,29 +337,53 @@ type PreviewOpts struct {
 	Window int    // the count's window (see [Admin.CountWindow]); 0 means SearchWindow
 }
 
+// Preview is what [Admin.PreviewMatching] counted and the bound it counted
+// within: pass Bound to the action (BulkOpts.Bound, ReplayOpts.Bound) and it
+// acts on no row the preview did not consider, and on no more rows than
+// it counted when the count is exact (Bound.Limit is then Count.N; for a
+// capped or partial count it is NoLimit, and the action counts at its
+// start).
+type Preview struct {
+	Count
+	Bound Bound
+	At    time.Time // the database's clock when the bound was taken
+}
+
 // PreviewMatching is a dry run of [Admin.DeadRetryMatching] (action
 // "dead_retry"), [Admin.DeadSkipMatching] ("dead_skip") or [Admin.Replay]
 // ("replay") that stays fast however large the table: its count is a
-// non-exact [Admin.Count]'s of f narrowed to the action's status (Capped
-// past CountCap; Partial, among the newest rows of a bounded window, for a
-// filter with a term no index serves). It is audited as a dry run with that
-// count.
-func (a *Admin) PreviewMatching(ctx context.Context, action string, f Filter, o PreviewOpts) (Count, error) {
+// non-exact [Admin.Count]'s of f narrowed to the action's status and to
+// the table's ids at the time (Capped past CountCap; Partial, among the
+// newest rows of a bounded window, for a filter with a term no index
+// serves). It is audited as a dry run with that count.
+func (a *Admin) PreviewMatching(ctx context.Context, action string, f Filter, o PreviewOpts) (Preview, error) {
 	status := map[string]string{string(store.ActionDeadRetry): "dead", string(store.ActionDeadSkip): "dead",
 		string(store.ActionReplay): "done"}[action]
 	if status == "" {
-		return Count{}, fmt.Errorf("outbox: preview: unknown action %q (want dead_retry, dead_skip or replay)", action)
+		return Preview{}, fmt.Errorf("outbox: preview: unknown action %q (want dead_retry, dead_skip or replay)", action)
 	}
 	if slices.ContainsFunc(f.Status, func(s string) bool { return s != status }) {
-		return Count{}, &FilterError{Term: "status=" + f.sortedStatusText(),
-			Err: fmt.Errorf("%s acts on %s messages only", label(action), status)}
+		return Preview{}, &FilterError{Term: "status",
+			Err: fmt.Errorf("%s acts on %s messages only, not %s", label(action), status, f.sortedStatusText())}
+	}
+	maxID, at, err := a.store.MaxID(ctx, a.db)
+	if err != nil {
+		return Preview{}, fmt.Errorf("outbox: preview: %w", err)
 	}
 	scoped := f
 	scoped.Status = []string{status}
-	c, err := a.CountWindow(ctx, scoped, o.Window)
-	if err != nil {
-		return Count{}, err
+	if scoped.IDMax == 0 || scoped.IDMax > maxID {
+		scoped.IDMax = maxID
 	}
-	entry := AuditEntry{Actor: o.Actor, Action: action, Name: o.Name, Filter: f.Terms(), DryRun: true, Count: c.N}
-	return c, a.auditDryRun(ctx, entry)
+	p := Preview{Bound: Bound{MaxID: maxID, Limit: NoLimit}, At: at}
+	if maxID > 0 {
+		if p.Count, err = a.CountWindow(ctx, scoped, o.Window); err != nil {
+			return Preview{}, err
+		}
+	}
+	if !p.Capped && !p.Partial {
+		p.Bound.Limit = p.N
+	}
+	entry := AuditEntry{Actor: o.Actor, Action: action, Name: o.Name, Filter: f.Terms(), DryRun: true, Count: p.N}
+	return p, a.auditDryRun(ctx, entry)
 }

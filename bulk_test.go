@@ -125,7 +125,7 @@ func TestDeadRetryMatching(t *testing.T) {
 		_, err := b.admin.DeadRetryMatching(t.Context(), outbox.Filter{Status: []string{"dead", "pending"}}, outbox.BulkOpts{})
 		var fe *outbox.FilterError
 		require.ErrorAs(t, err, &fe)
-		require.EqualError(t, err, `filter "status=pending,dead": dead retry acts on dead messages only`)
+		require.EqualError(t, err, `filter "status": dead retry acts on dead messages only, not pending,dead`)
 		_, err = b.admin.DeadRetryMatching(t.Context(), outbox.Filter{PayloadPath: "$.("}, outbox.BulkOpts{})
 		require.ErrorAs(t, err, &fe)
 		entries, err := b.admin.AuditList(t.Context(), 0)
@@ -165,7 +165,7 @@ func TestDeadSkipMatching(t *testing.T) {
 	b.admin.SetLogger(slog.New(slog.NewTextHandler(&logged, nil)))
 	n, err = b.admin.DeadSkipMatching(ctx, f, outbox.BulkOpts{Actor: "bob"})
 	require.NoError(t, err)
-	require.Regexp(t, `msg="outbox audit" table=\S+ actor=bob action=dead_skip filter="\[id<=\d+ error~TIMEOUT\]" count=5 dry_run=false\n$`, logged.String())
+	require.Regexp(t, `msg="outbox audit" table=\S+ actor=bob action=dead_skip filter="\[id_max=\d+ error=TIMEOUT\]" count=5 dry_run=false\n$`, logged.String())
 	require.Equal(t, int64(5), n)
 	require.Equal(t, 5, b.countStatus(t, "dead"))
 	r := b.row(t, ids[19])
@@ -318,7 +318,7 @@ func TestReplay(t *testing.T) {
 			require.Error(t, err)
 		}
 		_, err := b.admin.Replay(t.Context(), outbox.Filter{Status: []string{"dead"}}, outbox.ReplayOpts{Name: "x"})
-		require.EqualError(t, err, `filter "status=dead": replay acts on done messages only`)
+		require.EqualError(t, err, `filter "status": replay acts on done messages only, not dead`)
 	})
 }
 
@@ -348,4 +348,69 @@ func TestOverview(t *testing.T) {
 	require.Equal(t, int64(10), ds[0].InFlight)
 	require.Equal(t, int64(5), ds[0].Expired)
 	require.WithinDuration(t, b.dbNow(t).Add(time.Minute), ds[0].LeaseUntil, 10*time.Second)
+}
+
+// A bulk write acts on what its preview counted: rows that come to match
+// afterwards (a newer dead row, an older row that dies later) are left
+// alone, and the write never moves more than the preview's count.
+func TestBulkPinnedToPreview(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	ids := b.fixture(t, 40) // dead: every fourth, 10 rows
+	f := outbox.Filter{EventType: "OrderShipped"}
+	p, err := b.admin.PreviewMatching(ctx, "dead_retry", f, outbox.PreviewOpts{})
+	require.NoError(t, err)
+	require.Equal(t, int64(10), p.N)
+	require.Equal(t, outbox.Bound{MaxID: ids[39], Limit: 10}, p.Bound)
+
+	// After the preview: an older pending row dies, and newer rows arrive dead.
+	b.exec(t, "UPDATE "+b.quoted+" SET status = 'dead', event_type = 'OrderShipped' WHERE id = $1", ids[0])
+	newer := b.fixture(t, 8)
+	b.exec(t, "UPDATE "+b.quoted+" SET event_type = 'OrderShipped' WHERE id = ANY($1)", newer)
+
+	var total int64
+	n, err := b.admin.DeadRetryMatching(ctx, f, outbox.BulkOpts{Bound: &p.Bound, Total: func(n int64) { total = n }})
+	require.NoError(t, err)
+	require.Equal(t, int64(10), total)
+	require.Equal(t, int64(10), n, "no more than the preview counted")
+	var newerDead int
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.quoted+" WHERE status = 'dead' AND id = ANY($1)", newer).Scan(&newerDead))
+	require.Equal(t, 2, newerDead, "rows newer than the preview are left alone")
+
+	// IncludeNewer lifts the pin.
+	n, err = b.admin.DeadRetryMatching(ctx, f, outbox.BulkOpts{IncludeNewer: true})
+	require.NoError(t, err)
+	require.Equal(t, int64(3), n)
+}
+
+// Without a preview the write is pinned when it starts: rows that come to
+// match while it runs (here, as soon as it has counted) are not moved, so
+// it ends with the total it announced.
+func TestBulkPinnedAtStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	b.fixture(t, 40) // done: 10 rows
+	var total int64
+	var arrived []int64
+	n, err := b.admin.Replay(ctx, outbox.Filter{}, outbox.ReplayOpts{Name: "pin", BatchSize: 3, Total: func(n int64) {
+		total = n
+		arrived = b.fixture(t, 8) // producers and dispatchers carry on: two more done rows
+	}})
+	require.NoError(t, err)
+	require.Equal(t, int64(10), total)
+	require.Equal(t, int64(10), n)
+	var stillDone int
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.quoted+" WHERE status = 'done' AND id = ANY($1)", arrived).Scan(&stillDone))
+	require.Equal(t, 2, stillDone)
+
+	// A preview of an empty match pins to nothing, though matches arrive.
+	p, err := b.admin.PreviewMatching(ctx, "replay", outbox.Filter{EventType: "Nothing"}, outbox.PreviewOpts{Name: "none"})
+	require.NoError(t, err)
+	require.Equal(t, int64(0), p.Bound.Limit)
+	b.exec(t, "UPDATE "+b.quoted+" SET event_type = 'Nothing' WHERE id = ANY($1)", arrived)
+	n, err = b.admin.Replay(ctx, outbox.Filter{EventType: "Nothing"}, outbox.ReplayOpts{Name: "none", Bound: &p.Bound})
+	require.NoError(t, err)
+	require.Zero(t, n)
 }

@@ -225,7 +225,7 @@ func (a *Admin) Message(ctx context.Context, id int64) (*MessageDetail, error) {
 // CheckFilter has the database parse f's paths, so a bad one is one
 // [*FilterError] before any statement that uses it runs.
 func (a *Admin) CheckFilter(ctx context.Context, f Filter) error {
-	for _, p := range []struct{ term, path string }{{"payload=", f.PayloadPath}, {"header=", f.HeaderPath}} {
+	for _, p := range []struct{ term, path string }{{"payload", f.PayloadPath}, {"header", f.HeaderPath}} {
 		if p.path == "" {
 			continue
 		}
@@ -234,14 +234,14 @@ func (a *Admin) CheckFilter(ctx context.Context, f Filter) error {
 		switch {
 		case errors.As(err, &pgErr) && (pgErr.Code == "42601" || pgErr.Code == "22P02"):
 			// syntax_error, invalid_text_representation: the path itself.
-			return &FilterError{Term: p.term + p.path, Err: errors.New(pgErr.Message)}
+			return &FilterError{Term: p.term, Err: fmt.Errorf("%q: %s", p.path, pgErr.Message)}
 		case err != nil:
 			return fmt.Errorf("outbox: checking %s path: %w", p.term, err)
 		}
 	}
 	for _, s := range f.Status {
 		if !slices.Contains(statuses, s) {
-			return &FilterError{Term: "status=" + s, Err: errors.New("unknown status (want pending, processing, done or dead)")}
+			return &FilterError{Term: "status", Err: fmt.Errorf("unknown status %q (want pending, processing, done or dead)", s)}
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package outbox
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"strconv"
@@ -29,95 +30,214 @@ type Filter struct {
 	HeaderPath  string // the same on the headers, e.g. `$.tenant == "acme"`
 }
 
-// FilterError reports a filter term that cannot be used.
+// FilterError reports a filter term that cannot be used: an unknown term,
+// a malformed or missing value, a term given twice, or one that cannot
+// apply to the action.
 type FilterError struct {
-	Term string // the term as given (or its canonical form)
+	Term string // the term's name as given, e.g. "event_type" or "evnt_type"
 	Err  error
 }
 
 func (e *FilterError) Error() string { return fmt.Sprintf("filter %q: %v", e.Term, e.Err) }
 func (e *FilterError) Unwrap() error { return e.Err }
 
+// filterTerms are the names of the filter grammar, in the order Terms and
+// Query list them. The CLI (--filter NAME=VALUE), the API's query strings
+// and JSON bodies, and the console's forms all speak it.
+var filterTerms = []string{
+	"status", "event_type", "aggregate_type", "aggregate_id", "id", "id_min", "id_max",
+	"created_after", "created_before", "error", "payload", "header",
+}
+
+// listTerms take a comma-separated list and may be given more than once.
+var listTerms = map[string]bool{"status": true, "id": true}
+
+// FilterTerms returns the names of the filter grammar's terms.
+func FilterTerms() []string { return slices.Clone(filterTerms) }
+
 // statuses in the order Terms and Query list them.
 var statuses = []string{"pending", "processing", "done", "dead"}
 
-// ParseFilter reads CLI terms, one per --filter:
+// ParseFilter reads terms of the filter grammar, NAME=VALUE each:
 //
 //	status=dead  status=pending,processing  event_type=OrderPaid
-//	aggregate_type=order  aggregate_id=42  id=7,8,9  id>=100  id<=200
-//	created_at>=2026-12-01T00:00:00Z  created_at<2026-12-02  error~timeout
+//	aggregate_type=order  aggregate_id=42  id=7,8,9  id_min=100  id_max=200
+//	created_after=2026-12-01T00:00:00Z  created_before=2026-12-02  error=timeout
 //	payload=$.amount > 100  header=$.tenant == "acme"
 //
-// A date without a time is midnight UTC. A bad or repeated term is a
-// [*FilterError] naming it. Paths are checked by the database when the
-// filter is first used.
+// A date without a time is midnight UTC. An unknown term, a missing or
+// malformed value, or a term other than status and id given twice is a
+// [*FilterError] naming the term. Paths are checked by the database when
+// the filter is first used ([Admin.CheckFilter]).
 func ParseFilter(terms []string) (Filter, error) {
-	var f Filter
-	seen := map[string]bool{}
+	b := filterBuilder{seen: map[string]bool{}}
 	for _, term := range terms {
-		key, op, value := splitTerm(term)
-		if err := f.setTerm(key, op, value, seen); err != nil {
-			return Filter{}, &FilterError{Term: term, Err: err}
+		name, value, ok := strings.Cut(term, "=")
+		if !ok {
+			return Filter{}, &FilterError{Term: leadingName(term), Err: fmt.Errorf("%q is not NAME=VALUE%s", term, oldForm(term))}
+		}
+		if err := b.add(name, value); err != nil {
+			return Filter{}, err
 		}
 	}
-	return f, nil
+	return b.f, nil
 }
 
-// splitTerm cuts "key<op>value" after the leading name.
-func splitTerm(term string) (key, op, value string) {
-	i := strings.IndexFunc(term, func(r rune) bool { return r != '_' && (r < 'a' || r > 'z') })
-	if i < 0 {
-		return term, "", ""
-	}
-	key, rest := term[:i], term[i:]
-	for _, o := range []string{">=", "<=", "=", "<", "~"} {
-		if strings.HasPrefix(rest, o) {
-			return key, o, rest[len(o):]
+// FilterFromQuery reads a filter from URL query parameters, one per term of
+// the grammar (status and id repeatable or comma lists). Every parameter
+// must be a term with a value: the caller removes its own parameters
+// (paging, say) first, and a form's empty fields. Errors are ParseFilter's.
+func FilterFromQuery(q url.Values) (Filter, error) {
+	b := filterBuilder{seen: map[string]bool{}}
+	keys := slices.Sorted(maps.Keys(q))
+	// Known terms in the grammar's order, then the unknown ones.
+	slices.SortStableFunc(keys, func(x, y string) int { return termRank(x) - termRank(y) })
+	for _, k := range keys {
+		if len(q[k]) == 0 {
+			return Filter{}, &FilterError{Term: k, Err: errors.New("no value")}
+		}
+		for _, v := range q[k] {
+			if err := b.add(k, v); err != nil {
+				return Filter{}, err
+			}
 		}
 	}
-	return key, rest, ""
+	return b.f, nil
 }
 
-func (f *Filter) setTerm(key, op, value string, seen map[string]bool) error {
-	name := key + op
-	if _, known := queryKeys[name]; !known && name != "status=" {
-		return errors.New("unknown term (want status=, event_type=, aggregate_type=, aggregate_id=, " +
-			"id=, id>=, id<=, created_at>=, created_at<, error~, payload= or header=)")
+func termRank(name string) int {
+	if i := slices.Index(filterTerms, name); i >= 0 {
+		return i
 	}
-	if key != "status" && seen[name] {
+	return len(filterTerms)
+}
+
+// filterBuilder adds terms to a filter, refusing repeats.
+type filterBuilder struct {
+	f    Filter
+	seen map[string]bool
+}
+
+func (b *filterBuilder) add(name, value string) error {
+	err := b.set(name, value)
+	if err != nil {
+		return &FilterError{Term: name, Err: err}
+	}
+	return nil
+}
+
+func (b *filterBuilder) set(name, value string) error {
+	if !slices.Contains(filterTerms, name) {
+		return fmt.Errorf("unknown term%s (known: %s)", hint(name), strings.Join(filterTerms, ", "))
+	}
+	if b.seen[name] && !listTerms[name] {
 		return errors.New("given twice")
 	}
-	seen[name] = true
+	b.seen[name] = true
 	if value == "" {
 		return errors.New("no value")
 	}
+	f := &b.f
 	switch name {
-	case "status=":
+	case "status":
 		return f.addStatuses(strings.Split(value, ","))
-	case "event_type=":
+	case "event_type":
 		f.EventType = value
-	case "aggregate_type=":
+	case "aggregate_type":
 		f.AggregateType = value
-	case "aggregate_id=":
+	case "aggregate_id":
 		f.AggregateID = value
-	case "id=":
+	case "id":
 		return f.addIDs(strings.Split(value, ","))
-	case "id>=":
+	case "id_min":
 		return parseID(value, &f.IDMin)
-	case "id<=":
+	case "id_max":
 		return parseID(value, &f.IDMax)
-	case "created_at>=":
+	case "created_after":
 		return parseTime(value, &f.CreatedAfter)
-	case "created_at<":
+	case "created_before":
 		return parseTime(value, &f.CreatedBefore)
-	case "error~":
+	case "error":
 		f.ErrorContains = value
-	case "payload=":
+	case "payload":
 		f.PayloadPath = value
-	case "header=":
+	case "header":
 		f.HeaderPath = value
 	}
 	return nil
+}
+
+// leadingName is the name a term without '=' starts with.
+func leadingName(term string) string {
+	i := strings.IndexFunc(term, func(r rune) bool { return r != '_' && (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') })
+	if i <= 0 {
+		return term
+	}
+	return term[:i]
+}
+
+// oldTerms are names of earlier releases' CLI operators (id>=, id<=,
+// created_at>=, created_at<=) as a cut at '=' leaves them, with the term
+// that replaced each.
+var oldTerms = map[string]string{"id>": "id_min", "id<": "id_max", "created_at>": "created_after", "created_at<": "created_before"}
+
+// oldForm is " (did you mean NAME=...?)" for a term of earlier releases'
+// CLI written without '=' (created_at<DATE, error~TEXT), or "".
+func oldForm(term string) string {
+	name := leadingName(term)
+	op := strings.TrimPrefix(term, name)
+	var want string
+	switch {
+	case strings.HasPrefix(op, "~") && name == "error":
+		want = "error"
+	case strings.HasPrefix(op, "<"):
+		want = oldTerms[name+"<"]
+	case strings.HasPrefix(op, ">"):
+		want = oldTerms[name+">"]
+	}
+	if want == "" {
+		return ""
+	}
+	return " (did you mean " + want + "=" + strings.TrimLeft(op, "<>~") + "?)"
+}
+
+// hint is " (did you mean X?)" for a misspelt or old term name, or "".
+func hint(name string) string {
+	if old, ok := oldTerms[name]; ok {
+		return " (did you mean " + old + "?)"
+	}
+	norm := strings.ReplaceAll(strings.ToLower(name), "-", "_")
+	best, bestD := "", 3
+	for _, t := range filterTerms {
+		if d := editDistance(norm, t); d < bestD {
+			best, bestD = t, d
+		}
+	}
+	if best != "" {
+		return " (did you mean " + best + "?)"
+	}
+	return ""
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 func (f *Filter) addStatuses(values []string) error {
@@ -165,22 +285,26 @@ func parseTime(s string, dst *time.Time) error {
 	return fmt.Errorf("%q is not an RFC 3339 time or a date (2006-01-02T15:04:05Z, 2006-01-02)", s)
 }
 
-// Terms returns f as CLI terms in a fixed order: what the audit table
-// records. ParseFilter(f.Terms()) is f again.
+// Terms returns f as terms of the grammar in a fixed order (what the audit
+// table records and a job shows). ParseFilter(f.Terms()) is f again.
 func (f Filter) Terms() []string {
 	var out []string
-	if s := f.sortedStatus(); len(s) > 0 {
-		out = append(out, "status="+strings.Join(s, ","))
-	}
 	for _, kv := range f.pairs() {
-		if kv[1] != "" {
-			out = append(out, kv[0]+kv[1])
-		}
+		out = append(out, kv[0]+"="+kv[1])
 	}
 	return out
 }
 
-// pairs lists every field but the statuses as (term prefix, value).
+// Empty reports whether f matches every message of the statuses it names,
+// or of every status: no term but status is set. A bulk write over such a
+// filter acts on all of them, which its caller asks for explicitly.
+func (f Filter) Empty() bool {
+	g := f
+	g.Status = nil
+	return len(g.pairs()) == 0
+}
+
+// pairs lists the set terms as (name, value), in the grammar's order.
 func (f Filter) pairs() [][2]string {
 	id := func(n int64) string {
 		if n == 0 {
@@ -198,12 +322,14 @@ func (f Filter) pairs() [][2]string {
 	for i, n := range f.IDs {
 		ids[i] = id(n)
 	}
-	return [][2]string{
-		{"event_type=", f.EventType}, {"aggregate_type=", f.AggregateType}, {"aggregate_id=", f.AggregateID},
-		{"id=", strings.Join(ids, ",")}, {"id>=", id(f.IDMin)}, {"id<=", id(f.IDMax)},
-		{"created_at>=", at(f.CreatedAfter)}, {"created_at<", at(f.CreatedBefore)},
-		{"error~", f.ErrorContains}, {"payload=", f.PayloadPath}, {"header=", f.HeaderPath},
+	all := [][2]string{
+		{"status", strings.Join(f.sortedStatus(), ",")},
+		{"event_type", f.EventType}, {"aggregate_type", f.AggregateType}, {"aggregate_id", f.AggregateID},
+		{"id", strings.Join(ids, ",")}, {"id_min", id(f.IDMin)}, {"id_max", id(f.IDMax)},
+		{"created_after", at(f.CreatedAfter)}, {"created_before", at(f.CreatedBefore)},
+		{"error", f.ErrorContains}, {"payload", f.PayloadPath}, {"header", f.HeaderPath},
 	}
+	return slices.DeleteFunc(all, func(kv [2]string) bool { return kv[1] == "" })
 }
 
 func (f Filter) sortedStatus() []string {
@@ -216,67 +342,11 @@ func (f Filter) sortedStatus() []string {
 	return out
 }
 
-// queryKeys maps the term prefixes of pairs to URL query keys.
-var queryKeys = map[string]string{
-	"event_type=": "event_type", "aggregate_type=": "aggregate_type", "aggregate_id=": "aggregate_id",
-	"id=": "id", "id>=": "id_min", "id<=": "id_max", "created_at>=": "created_after",
-	"created_at<": "created_before", "error~": "error", "payload=": "payload", "header=": "header",
-}
-
-// FilterFromQuery reads a filter from URL query parameters: status
-// (repeatable or a comma list), event_type, aggregate_type, aggregate_id,
-// id (repeatable or a comma list), id_min, id_max, created_after,
-// created_before (RFC 3339 or a date), error, payload and header. Empty
-// values and other keys (paging, say) are ignored.
-func FilterFromQuery(q url.Values) (Filter, error) {
-	var terms []string
-	for _, v := range q["status"] {
-		if v != "" {
-			terms = append(terms, "status="+v)
-		}
-	}
-	prefixes := make([]string, 0, len(queryKeys))
-	for prefix := range queryKeys {
-		prefixes = append(prefixes, prefix)
-	}
-	slices.Sort(prefixes)
-	for _, prefix := range prefixes {
-		key := queryKeys[prefix]
-		vs := q[key]
-		if key == "id" && len(vs) > 1 {
-			vs = []string{strings.Join(vs, ",")}
-		}
-		for _, v := range vs {
-			if v != "" {
-				terms = append(terms, prefix+v)
-			}
-		}
-	}
-	f, err := ParseFilter(terms)
-	var fe *FilterError
-	if errors.As(err, &fe) {
-		// Name the parameter, not the CLI term it became.
-		term := fe.Term // status= is both
-		for prefix, key := range queryKeys {
-			if v, ok := strings.CutPrefix(fe.Term, prefix); ok {
-				term = key + "=" + v
-			}
-		}
-		return Filter{}, &FilterError{Term: term, Err: fe.Err}
-	}
-	return f, err
-}
-
 // Query returns f as URL query parameters, the inverse of FilterFromQuery.
 func (f Filter) Query() url.Values {
 	q := url.Values{}
-	if s := f.sortedStatus(); len(s) > 0 {
-		q.Set("status", strings.Join(s, ","))
-	}
 	for _, kv := range f.pairs() {
-		if kv[1] != "" {
-			q.Set(queryKeys[kv[0]], kv[1])
-		}
+		q.Set(kv[0], kv[1])
 	}
 	return q
 }

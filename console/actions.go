@@ -2,7 +2,9 @@ package console
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"time"
 
 	"github.com/outboxd/outbox"
 )
@@ -14,6 +16,54 @@ type deadRequest struct {
 	IDs    []int64    `json:"ids"`
 	Filter filterBody `json:"filter"`
 	DryRun bool       `json:"dry_run"`
+	writeScope
+}
+
+// writeScope is what a bulk write over a filter says besides the filter:
+// All, that an empty filter means every message of the action's status;
+// Bound, the bound of the preview it confirms (the write acts only within
+// it); IncludeNewer, that rows coming to match while it runs count too.
+type writeScope struct {
+	All          bool       `json:"all"`
+	Bound        *boundView `json:"bound"`
+	IncludeNewer bool       `json:"include_newer"`
+}
+
+// boundView is an outbox.Bound as the API carries it: a preview answers it
+// and the write it confirms sends it back. Limit is null when the
+// preview's count was not exact.
+type boundView struct {
+	MaxID int64     `json:"max_id"`
+	Limit *int64    `json:"limit"`
+	At    time.Time `json:"at,omitzero"`
+}
+
+func (b *boundView) bound() *outbox.Bound {
+	if b == nil {
+		return nil
+	}
+	out := &outbox.Bound{MaxID: b.MaxID, Limit: outbox.NoLimit}
+	if b.Limit != nil {
+		out.Limit = *b.Limit
+	}
+	return out
+}
+
+// check refuses a write scope that does not fit its filter: an empty
+// filter without "all" (a typo must not widen a write to everything),
+// "all" beside filter terms, a negative bound. A dry run may count all.
+func (ws writeScope) check(f outbox.Filter, dryRun bool) error {
+	switch {
+	case ws.All && !f.Empty():
+		return &outbox.FilterError{Term: "all", Err: errors.New(`give "all": true or filter terms, not both`)}
+	case !ws.All && f.Empty() && !dryRun:
+		return &outbox.FilterError{Term: "all", Err: errors.New(`the filter matches every message of the action; send "all": true to act on all of them`)}
+	case ws.Bound != nil && (ws.Bound.MaxID < 0 || ws.Bound.Limit != nil && *ws.Bound.Limit < 0):
+		return errorf("bound: max_id and limit must not be negative")
+	case ws.Bound != nil && ws.IncludeNewer:
+		return errorf(`give a "bound" or "include_newer", not both`)
+	}
+	return nil
 }
 
 // apiDeadAction retries or skips dead messages: the ids given (at once), or
@@ -29,9 +79,12 @@ func (s *Server) apiDeadAction(action string) apiHandler {
 		if !decodeBody(w, r, &req) {
 			return
 		}
+		if req.All && req.Filter == nil {
+			req.Filter = filterBody{}
+		}
 		switch {
 		case len(req.IDs) > 0 && req.Filter != nil:
-			apiError(w, http.StatusBadRequest, "bad_request", "give ids or a filter, not both")
+			apiError(w, http.StatusBadRequest, "bad_request", `give "ids" or a "filter" (or "all"), not both`)
 		case len(req.IDs) > maxIDs:
 			apiError(w, http.StatusBadRequest, "bad_request", "at most 500 ids at once; use a filter for more")
 		case len(req.IDs) > 0:
@@ -39,7 +92,7 @@ func (s *Server) apiDeadAction(action string) apiHandler {
 		case req.Filter != nil:
 			s.deadMatching(w, r, p, t, action, req)
 		default:
-			apiError(w, http.StatusBadRequest, "bad_request", `give "ids" or a "filter" ({} matches every dead message)`)
+			apiError(w, http.StatusBadRequest, "bad_request", `give "ids", a "filter", or "all": true for every dead message`)
 		}
 	}
 }
@@ -68,8 +121,12 @@ func (s *Server) deadIDs(w http.ResponseWriter, r *http.Request, p principal, t 
 }
 
 func (s *Server) deadMatching(w http.ResponseWriter, r *http.Request, p principal, t *table, action string, req deadRequest) {
-	f, ok := bodyFilter(w, req.Filter, "dead")
-	if !ok {
+	f, err := bodyFilter(req.Filter, "dead")
+	if err == nil {
+		err = req.check(f, req.DryRun)
+	}
+	if err != nil {
+		s.answerErr(w, r, err)
 		return
 	}
 	run := s.bulkFunc(t, action)
@@ -78,8 +135,9 @@ func (s *Server) deadMatching(w http.ResponseWriter, r *http.Request, p principa
 		return
 	}
 	view := JobView{Kind: "dead_" + action, Table: t.name, Actor: p.actor, Filter: f.Terms()}
-	s.startJob(w, r, t, f, view, func(ctx context.Context, progress func(int64)) (int64, error) {
-		return run(ctx, f, outbox.BulkOpts{Actor: p.actor, Progress: progress})
+	s.startJob(w, r, t, f, view, func(ctx context.Context, j *job) (int64, error) {
+		return run(ctx, f, outbox.BulkOpts{Actor: p.actor, Progress: j.progress, Total: j.setTotal,
+			Bound: req.Bound.bound(), IncludeNewer: req.IncludeNewer})
 	})
 }
 
@@ -88,6 +146,7 @@ type replayRequest struct {
 	Rate   float64    `json:"rate"`
 	Filter filterBody `json:"filter"`
 	DryRun bool       `json:"dry_run"`
+	writeScope
 }
 
 // apiReplay re-delivers done messages matching a filter, as a tracked job
@@ -105,11 +164,18 @@ func (s *Server) apiReplay(w http.ResponseWriter, r *http.Request, p principal) 
 		apiError(w, http.StatusBadRequest, "bad_request", `"name" is required and "rate" must not be negative`)
 		return
 	}
-	f, ok := bodyFilter(w, req.Filter, "done")
-	if !ok {
+	if req.Filter == nil {
+		req.Filter = filterBody{}
+	}
+	f, err := bodyFilter(req.Filter, "done")
+	if err == nil {
+		err = req.check(f, req.DryRun)
+	}
+	if err != nil {
+		s.answerErr(w, r, err)
 		return
 	}
-	opts := outbox.ReplayOpts{Name: req.Name, Rate: req.Rate, Actor: p.actor}
+	opts := outbox.ReplayOpts{Name: req.Name, Rate: req.Rate, Actor: p.actor, Bound: req.Bound.bound(), IncludeNewer: req.IncludeNewer}
 	if err := opts.Validate(); err != nil {
 		// Refused here, not as a job that fails at once.
 		apiError(w, http.StatusBadRequest, "bad_request", cleanErr(err))
@@ -120,26 +186,10 @@ func (s *Server) apiReplay(w http.ResponseWriter, r *http.Request, p principal) 
 		return
 	}
 	view := JobView{Kind: "replay", Table: t.name, Name: req.Name, Rate: req.Rate, Actor: p.actor, Filter: f.Terms()}
-	s.startJob(w, r, t, f, view, func(ctx context.Context, progress func(int64)) (int64, error) {
-		opts.Progress = progress
+	s.startJob(w, r, t, f, view, func(ctx context.Context, j *job) (int64, error) {
+		opts.Progress, opts.Total = j.progress, j.setTotal
 		return t.admin.Replay(ctx, f, opts)
 	})
-}
-
-// bodyFilter parses a request's filter with its status forced to status,
-// answering 400 itself when it cannot.
-func bodyFilter(w http.ResponseWriter, body filterBody, status string) (outbox.Filter, bool) {
-	q, err := body.values()
-	if err != nil {
-		apiError(w, http.StatusBadRequest, "bad_request", err.Error())
-		return outbox.Filter{}, false
-	}
-	f, err := parseFilter(q, status)
-	if err != nil {
-		apiError(w, http.StatusBadRequest, "bad_request", cleanErr(err))
-		return outbox.Filter{}, false
-	}
-	return f, true
 }
 
 // preview answers a dry run: the bounded count of the rows the action
@@ -152,12 +202,17 @@ func (s *Server) preview(w http.ResponseWriter, r *http.Request, t *table, actio
 		s.answerErr(w, r, asRequestError(err))
 		return
 	}
+	b := &boundView{MaxID: c.Bound.MaxID, At: c.At}
+	if c.Bound.Limit >= 0 {
+		b.Limit = &c.Bound.Limit
+	}
 	writeJSON(w, http.StatusOK, struct {
-		Count    int64 `json:"count"`
-		Capped   bool  `json:"capped"`
-		Partial  bool  `json:"partial"`
-		Searched int64 `json:"searched"`
-	}{c.N, c.Capped, c.Partial, c.Searched})
+		Count    int64      `json:"count"`
+		Capped   bool       `json:"capped"`
+		Partial  bool       `json:"partial"`
+		Searched int64      `json:"searched"`
+		Bound    *boundView `json:"bound"`
+	}{c.N, c.Capped, c.Partial, c.Searched, b})
 }
 
 // writeCount answers a dry run or a synchronous action: how many rows.
@@ -167,22 +222,17 @@ func writeCount(w http.ResponseWriter, n int64) {
 	}{n})
 }
 
-// startJob runs an action over f as a tracked job, its total taken from an
-// exact count first, and answers 202 with the job.
+// startJob runs an action over f as a tracked job, which sets its total
+// (the rows it is pinned to) and progress, and answers 202 with the job.
 func (s *Server) startJob(w http.ResponseWriter, r *http.Request, t *table, f outbox.Filter, view JobView,
-	run func(ctx context.Context, progress func(int64)) (int64, error)) {
+	run func(ctx context.Context, j *job) (int64, error)) {
 	// A filter the store would refuse is this request's 400, not a job
 	// that fails once started.
 	if err := t.admin.CheckFilter(r.Context(), f); err != nil {
 		s.answerErr(w, r, asRequestError(err))
 		return
 	}
-	job := s.jobs.start(r.Context(), view, func(ctx context.Context, j *job) (int64, error) {
-		if c, err := t.admin.Count(ctx, f, true); err == nil {
-			j.setTotal(c.N)
-		}
-		return run(ctx, j.progress)
-	})
+	job := s.jobs.start(r.Context(), view, run)
 	writeJSON(w, http.StatusAccepted, struct {
 		Job JobView `json:"job"`
 	}{job})

@@ -91,7 +91,12 @@ func TestDeadActions(t *testing.T) {
 	require.Equal(t, job.ID, jobs.Jobs[0].ID)
 
 	for name, body := range map[string]string{
-		"Both":         `{"ids": [1], "filter": {}}`,
+		"Both":         `{"ids": [1], "filter": {"event_type": "A"}}`,
+		"Empty":        `{"filter": {}}`,
+		"StatusOnly":   `{"filter": {"status": "dead"}}`,
+		"AllAndTerms":  `{"filter": {"event_type": "A"}, "all": true}`,
+		"Null":         `{"filter": {"event_type": null}}`,
+		"Object":       `{"filter": {"event_type": {"eq": "A"}}}`,
 		"Neither":      `{}`,
 		"UnknownField": `{"filter": {}, "everything": true}`,
 		"BadFilter":    `{"filter": {"status": "lost"}}`,
@@ -194,8 +199,9 @@ func TestBulkBadFilterRefusedBeforeJob(t *testing.T) {
 	} {
 		resp := c.do(http.MethodPost, api+req.path, req.body)
 		require.Equal(t, http.StatusBadRequest, resp.code, name+": "+resp.body)
-		require.Equal(t, "bad_request", errorCode(t, resp), name)
-		require.Contains(t, resp.body, "=", name+": the message names the term")
+		code, term := errorCodeTerm(t, resp)
+		require.Equal(t, "bad_filter", code, name)
+		require.Contains(t, []string{"payload", "header"}, term, name)
 	}
 	require.Equal(t, jobsBefore, c.get("/api/v1/jobs").body, "no job was started")
 	require.Equal(t, auditBefore, c.get(api+"/audit").body, "nothing was audited")

@@ -5,16 +5,19 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/outboxd/outbox"
 	"github.com/outboxd/outbox/internal/jsonout"
 )
 
 // apiHandler is an API endpoint, called once the request is authenticated.
 type apiHandler func(w http.ResponseWriter, r *http.Request, p principal)
 
-// apiErrorBody is the shape of every API error.
+// apiErrorBody is the shape of every API error; Term names the filter
+// term of a bad_filter.
 type apiErrorBody struct {
 	Error struct {
 		Code    string `json:"code"`
+		Term    string `json:"term,omitempty"`
 		Message string `json:"message"`
 	} `json:"error"`
 }
@@ -23,6 +26,13 @@ func apiError(w http.ResponseWriter, status int, code, msg string) {
 	var b apiErrorBody
 	b.Error.Code, b.Error.Message = code, msg
 	writeJSON(w, status, b)
+}
+
+// apiFilterError answers 400 bad_filter naming the term.
+func apiFilterError(w http.ResponseWriter, fe *outbox.FilterError) {
+	var b apiErrorBody
+	b.Error.Code, b.Error.Term, b.Error.Message = "bad_filter", fe.Term, cleanErr(fe)
+	writeJSON(w, http.StatusBadRequest, b)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -185,11 +185,19 @@ func (c *client) csrf() string {
 
 func errorCode(t *testing.T, r response) string {
 	t.Helper()
+	code, _ := errorCodeTerm(t, r)
+	return code
+}
+
+// errorCodeTerm is an API error's code and, for bad_filter, its term.
+func errorCodeTerm(t *testing.T, r response) (code, term string) {
+	t.Helper()
 	var e struct {
-		Error struct{ Code string } `json:"error"`
+		Error struct{ Code, Term, Message string } `json:"error"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(r.body), &e), r.body)
-	return e.Error.Code
+	require.NotEmpty(t, e.Error.Message, r.body)
+	return e.Error.Code, e.Error.Term
 }
 
 // exec runs q with {{table}} replaced by the quoted table name.

@@ -30,7 +30,7 @@ type JobView struct {
 	Filter     []string   `json:"filter"`
 	State      string     `json:"state"`
 	Done       int64      `json:"done"`
-	Total      int64      `json:"total"` // the preview count when the job started
+	Total      int64      `json:"total"` // the rows the job is pinned to (with include_newer, those matching when it started)
 	Rate       float64    `json:"rate,omitempty"`
 	Error      string     `json:"error,omitempty"`
 	StartedAt  time.Time  `json:"started_at"`

@@ -68,7 +68,7 @@ type listing struct {
 }
 
 func (s *Server) list(r *http.Request, t *table, force string) (listing, error) {
-	l, f, err := s.listNoCount(r, t, force)
+	l, f, err := s.listNoCount(r, t, force, true)
 	if err != nil {
 		return l, err
 	}
@@ -98,19 +98,24 @@ func (s *Server) count(r *http.Request, t *table, f outbox.Filter, exact bool) (
 	return CountView{N: n}, nil
 }
 
-// asRequestError turns the library's input errors (a JSON path the
-// database cannot parse, a bad replay name or rate) into client errors.
+// asRequestError turns the library's input errors (a bad replay name or
+// rate) into client errors; a *outbox.FilterError stays one, to be
+// answered as bad_filter.
 func asRequestError(err error) error {
-	var fe *outbox.FilterError
 	var re *outbox.ReplayOptsError
-	if errors.As(err, &fe) || errors.As(err, &re) {
+	if errors.As(err, &re) {
 		return &requestError{msg: cleanErr(err)}
 	}
 	return err
 }
 
-// answerErr maps an error to 400 (bad input) or 500.
+// answerErr maps an error to 400 (bad_filter, bad input) or 500.
 func (s *Server) answerErr(w http.ResponseWriter, r *http.Request, err error) {
+	var fe *outbox.FilterError
+	if errors.As(err, &fe) {
+		apiFilterError(w, fe)
+		return
+	}
 	var re *requestError
 	if errors.As(err, &re) {
 		apiError(w, http.StatusBadRequest, "bad_request", re.msg)
@@ -119,12 +124,23 @@ func (s *Server) answerErr(w http.ResponseWriter, r *http.Request, err error) {
 	s.internalError(w, r, err)
 }
 
+// inputError is err's message when it is the client's fault (a filter,
+// another bad input), for a page to show.
+func inputError(err error) (string, bool) {
+	var fe *outbox.FilterError
+	var re *requestError
+	if errors.As(err, &fe) || errors.As(err, &re) {
+		return cleanErr(err), true
+	}
+	return "", false
+}
+
 func (s *Server) apiMessages(w http.ResponseWriter, r *http.Request, _ principal) {
 	t := s.tableOf(w, r)
 	if t == nil {
 		return
 	}
-	l, _, err := s.listNoCount(r, t, "")
+	l, _, err := s.listNoCount(r, t, "", false)
 	if err != nil {
 		s.answerErr(w, r, err)
 		return
@@ -141,12 +157,20 @@ func (s *Server) apiMessages(w http.ResponseWriter, r *http.Request, _ principal
 	}{l.Rows, next, l.Partial, l.Searched})
 }
 
-// listNoCount is one page of messages without the count (the API has /count).
-func (s *Server) listNoCount(r *http.Request, t *table, force string) (listing, outbox.Filter, error) {
+// listNoCount is one page of messages without the count (the API has
+// /count). page says the request is a page's, whose form leaves empty
+// fields, not an API call's.
+func (s *Server) listNoCount(r *http.Request, t *table, force string, page bool) (listing, outbox.Filter, error) {
 	q := r.URL.Query()
-	f, err := parseFilter(q, force)
+	var f outbox.Filter
+	var err error
+	if page {
+		f, err = pageFilter(q, force)
+	} else {
+		f, err = queryFilter(q, force, "after", "limit", "order")
+	}
 	if err != nil {
-		return listing{}, f, &requestError{msg: cleanErr(err)}
+		return listing{}, f, err
 	}
 	p, err := parsePage(q)
 	if err != nil {
@@ -169,9 +193,9 @@ func (s *Server) apiCount(w http.ResponseWriter, r *http.Request, _ principal) {
 		return
 	}
 	q := r.URL.Query()
-	f, err := parseFilter(q, "")
+	f, err := queryFilter(q, "", "exact")
 	if err != nil {
-		apiError(w, http.StatusBadRequest, "bad_request", cleanErr(err))
+		s.answerErr(w, r, err)
 		return
 	}
 	c, err := s.count(r, t, f, q.Get("exact") == "1")
@@ -250,11 +274,11 @@ func (s *Server) listPage(w http.ResponseWriter, r *http.Request, t *table, base
 		data.StatusChoices = append(data.StatusChoices, statusChoice{st, on[st]})
 	}
 	l, err := s.list(r, t, force)
-	var re *requestError
+	msg, bad := inputError(err)
 	switch {
-	case errors.As(err, &re):
+	case bad:
 		w.WriteHeader(http.StatusBadRequest)
-		data.Err = re.msg
+		data.Err = msg
 	case err != nil:
 		s.pageDBError(w, r, base, err)
 		return

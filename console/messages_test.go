@@ -79,7 +79,23 @@ func TestMessagesAPI(t *testing.T) {
 	})
 	t.Run("BadInputIs400", func(t *testing.T) {
 		t.Parallel()
-		for _, q := range []string{"status=lost", "id_min=abc", "created_after=yesterday", "payload=" + url.QueryEscape("$.a >>> 1"), "limit=0", "limit=501", "order=sideways", "after=-1"} {
+		for q, term := range map[string]string{
+			"status=lost": "status", "id_min=abc": "id_min", "created_after=yesterday": "created_after",
+			"payload=" + url.QueryEscape("$.a >>> 1"): "payload", "evnt_type=X": "evnt_type",
+			"event-type=Wanted": "event-type", "event_type=": "event_type", "exact=1": "exact",
+		} {
+			for _, path := range []string{"/messages?", "/count?"} {
+				if path == "/count?" && q == "exact=1" {
+					continue // count's own parameter
+				}
+				r := c.get(api + path + q)
+				require.Equal(t, http.StatusBadRequest, r.code, q+": "+r.body)
+				code, got := errorCodeTerm(t, r)
+				require.Equal(t, "bad_filter", code, q)
+				require.Equal(t, term, got, q)
+			}
+		}
+		for _, q := range []string{"limit=0", "limit=501", "order=sideways", "after=-1"} {
 			r := c.get(api + "/messages?" + q)
 			require.Equal(t, http.StatusBadRequest, r.code, q+": "+r.body)
 			require.Equal(t, "bad_request", errorCode(t, r), q)

@@ -138,15 +138,26 @@ if (payload) {
 }
 
 // ---- filters from the current URL, as the API's filter object ----
+// The page's own parameters and the form's empty fields are left out: the
+// API refuses anything that is not a filter term with a value.
+const pageKeys = ['after', 'limit', 'order', 'exact'];
 function currentFilter() {
   const q = new URLSearchParams(location.search);
   const f = {};
   for (const [k, v] of q) {
-    if (['after', 'limit', 'order', 'exact'].includes(k) || v === '') continue;
+    if (pageKeys.includes(k) || v === '') continue;
     if (f[k] === undefined) f[k] = v;
     else f[k] = [].concat(f[k], v);
   }
   return f;
+}
+// matchesAll: the filter names no term but status, so a write needs "all".
+function matchesAll(f) { return Object.keys(f).every((k) => k === 'status'); }
+// writeBody is the write a preview was shown for: pinned to its bound.
+function writeBody(f, preview) {
+  const body = { filter: f, bound: preview.bound };
+  if (matchesAll(f)) body.all = true;
+  return body;
 }
 
 // howMany is a preview's count as the confirmation says it: "10,000+" when
@@ -162,9 +173,9 @@ let liveCount = null;
 async function refreshCount() {
   const node = document.getElementById('match-count');
   if (!node) return;
-  const q = new URLSearchParams(location.search);
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(currentFilter())) [].concat(v).forEach((x) => q.append(k, x));
   if (document.body.dataset.page === 'dead') q.set('status', 'dead');
-  q.delete('after');
   try {
     const c = await call('GET', api + '/count?' + q.toString());
     node.textContent = fmt.format(c.n) + (c.capped ? '+' : '');
@@ -228,9 +239,11 @@ async function deadAction(b) {
       setTimeout(() => location.reload(), scope === 'one' ? 600 : 0);
       return;
     }
-    const preview = await call('POST', url, { filter: currentFilter(), dry_run: true });
-    if (!await confirmDialog(`${verb} all matching`, `${verb} ${howMany(preview)} dead message(s) matching this filter?`)) return;
-    const r = await call('POST', url, { filter: currentFilter() });
+    const f = currentFilter();
+    const preview = await call('POST', url, { filter: f, dry_run: true });
+    const what = matchesAll(f) ? `every dead message (${howMany(preview)})` : `${howMany(preview)} dead message(s) matching this filter`;
+    if (!await confirmDialog(`${verb} all matching`, `${verb} ${what}?`)) return;
+    const r = await call('POST', url, writeBody(f, preview));
     watchJob(r.job, () => setTimeout(() => location.reload(), 800));
   } catch (e) {
     alertBox(e.message);
@@ -257,11 +270,12 @@ if (replayForm) replayForm.addEventListener('submit', async (e) => {
   const name = document.getElementById('replay-name').value.trim();
   const rate = Number(document.getElementById('replay-rate').value || 0);
   try {
-    const body = { name, rate, filter: currentFilter() };
-    const preview = await call('POST', api + '/replay', Object.assign({ dry_run: true }, body));
+    const f = currentFilter();
+    const preview = await call('POST', api + '/replay', { name, rate, filter: f, dry_run: true });
     const pace = rate > 0 ? ` at ${fmt.format(rate)}/s` : ' as fast as possible';
-    if (!await confirmDialog('Confirm replay', `Replay ${howMany(preview)} done message(s) as "${name}"${pace}?`)) return;
-    const r = await call('POST', api + '/replay', body);
+    const what = matchesAll(f) ? `every done message (${howMany(preview)})` : `${howMany(preview)} done message(s)`;
+    if (!await confirmDialog('Confirm replay', `Replay ${what} as "${name}"${pace}?`)) return;
+    const r = await call('POST', api + '/replay', Object.assign({ name, rate }, writeBody(f, preview)));
     watchJob(r.job);
   } catch (err) {
     alertBox(err.message);

@@ -241,7 +241,7 @@ func runDead(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
 			fmt.Fprintln(e.stdout, "Usage: outboxd dead list [--json] [--limit N] [--after ID] | dead show ID [--json] | "+
-				"dead retry --all|ID...|--filter TERM... [--dry-run] | dead skip ID...|--filter TERM... [--dry-run]")
+				"dead retry|skip --all|ID...|--filter TERM... [--dry-run]")
 			return nil
 		}
 		return usagef("dead: want a subcommand: list, show, retry or skip")
@@ -363,15 +363,10 @@ func runDeadMove(ctx context.Context, e *env, verb string, args []string) error 
 		dryRun  bool
 		filters filterFlags
 	)
-	synopsis := "dead skip ID...|--filter TERM... [--dry-run]"
-	if verb == "retry" {
-		synopsis = "dead retry --all|ID...|--filter TERM... [--dry-run]"
-	}
+	synopsis := "dead " + verb + " --all|ID...|--filter TERM... [--dry-run]"
 	c := newDBCommand(e, "dead "+verb, synopsis, &filters)
 	c.BoolVar(&dryRun, "dry-run", false, "count the dead messages that would move; change nothing")
-	if verb == "retry" {
-		c.BoolVar(&all, "all", false, "retry every dead message")
-	}
+	c.BoolVar(&all, "all", false, verb+" every dead message")
 	if err := c.parseWithArgs(e, args); err != nil {
 		return err
 	}
@@ -379,20 +374,28 @@ func runDeadMove(ctx context.Context, e *env, verb string, args []string) error 
 	if err != nil {
 		return err
 	}
-	switch {
-	case all && len(ids) > 0, all && len(filters) > 0, len(ids) > 0 && len(filters) > 0:
-		return usagef("dead %s: give one of --all, ids or --filter", verb)
-	case !all && len(ids) == 0 && len(filters) == 0:
-		return usagef("dead %s: no ids given (or --filter, or --all)", verb)
-	case len(filters) > 0 || dryRun:
-		f, err := filters.parse()
-		if err != nil {
-			return err
-		}
-		f.IDs = ids
-		return runDeadMatching(ctx, e, c, verb, f, dryRun)
+	f, err := filters.parse()
+	if err != nil {
+		return err
 	}
-	return c.withAdmin(ctx, e, func(a *outbox.Admin) error { return moveDead(ctx, e, quietAdmin(a), verb, all, ids) })
+	switch {
+	case len(ids) > 0 && (all || len(filters) > 0):
+		return usagef("dead %s: give one of --all, ids or --filter", verb)
+	case len(ids) > 0 && !dryRun:
+		return c.withAdmin(ctx, e, func(a *outbox.Admin) error { return moveDead(ctx, e, quietAdmin(a), verb, false, ids) })
+	case len(ids) > 0:
+		f.IDs = ids
+		return runDeadMatching(ctx, e, c, verb, f, true)
+	case !all && len(filters) == 0 && !dryRun:
+		return usagef("dead %s: no ids given (or --filter, or --all)", verb)
+	}
+	if err := needAll("dead "+verb, "dead", f, all, dryRun); err != nil {
+		return err
+	}
+	if all && verb == "retry" && !dryRun {
+		return c.withAdmin(ctx, e, func(a *outbox.Admin) error { return moveDead(ctx, e, quietAdmin(a), verb, true, nil) })
+	}
+	return runDeadMatching(ctx, e, c, verb, f, dryRun)
 }
 
 // moveDead retries or skips the dead messages ids (every one with all) and

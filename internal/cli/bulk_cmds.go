@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os/user"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,8 +24,8 @@ func (f *filterFlags) Set(s string) error { *f = append(*f, s); return nil }
 func (f *filterFlags) Type() string       { return "TERM" }
 
 func (f *filterFlags) register(fs *flag.FlagSet) {
-	fs.Var(f, "filter", "a filter term, repeatable: status=dead, event_type=E, aggregate_type=T, aggregate_id=ID, "+
-		"id=1,2, id>=N, id<=N, created_at>=TIME, created_at<TIME, error~TEXT, payload=PATH, header=PATH")
+	fs.Var(f, "filter", "a filter term NAME=VALUE, repeatable: status=dead, event_type=E, aggregate_type=T, aggregate_id=ID, "+
+		"id=1,2, id_min=N, id_max=N, created_after=TIME, created_before=TIME, error=TEXT, payload=PATH, header=PATH (docs/api.md, Filters)")
 }
 
 // parse returns the filter, or a usage error naming the bad term.
@@ -34,6 +35,22 @@ func (f filterFlags) parse() (outbox.Filter, error) {
 		return outbox.Filter{}, usagef("--filter: %v", err)
 	}
 	return flt, nil
+}
+
+// needAll refuses a bulk write whose filter matches every message of its
+// status unless --all says so, and --all beside a filter; a dry run may
+// count everything. A status the action does not act on is the library's
+// to refuse.
+func needAll(cmd, status string, f outbox.Filter, all, dryRun bool) error {
+	switch {
+	case slices.ContainsFunc(f.Status, func(s string) bool { return s != status }):
+		return nil
+	case all && !f.Empty():
+		return usagef("%s: give --all or --filter terms, not both", cmd)
+	case !all && f.Empty() && !dryRun:
+		return usagef("%s: the filter matches every message; give --filter terms, or --all to act on all of them", cmd)
+	}
+	return nil
 }
 
 // bulkErr makes a filter the database refused (a bad JSON path) a usage
@@ -95,14 +112,16 @@ func runReplay(ctx context.Context, e *env, args []string) error {
 	c.BoolVar(&o.DryRun, "dry-run", false, "count the done messages that would be replayed; change nothing")
 	c.Float64Var(&o.Rate, "rate", 0, "at most this many messages per second (0: unlimited)")
 	setsField(c.FlagSet, "rate", "Rate")
+	all := c.Bool("all", false, "replay every done message (instead of a --filter)")
+	c.BoolVar(&o.IncludeNewer, "include-newer", false, "also replay messages that finish while the replay runs (by default it acts only on those done when it starts)")
 	if err := c.parse(e, args); err != nil {
 		return err
 	}
-	if len(filters) == 0 {
-		return usagef("replay: give at least one --filter (--filter status=done replays every done message)")
-	}
 	f, err := filters.parse()
 	if err != nil {
+		return err
+	}
+	if err := needAll("replay", "done", f, *all, o.DryRun); err != nil {
 		return err
 	}
 	if o.Name == "" {

@@ -45,7 +45,7 @@ func testDeadFilter(t *testing.T, bin string) {
 	require.Equal(t, "pending", c.statusOf(t, ids[1]))
 	require.Equal(t, "pending", c.statusOf(t, ids[2]))
 
-	r = c.ok(t, "dead", "skip", "--table", c.table, "--filter", "status=dead", "--filter", "error~TIME", "--dry-run")
+	r = c.ok(t, "dead", "skip", "--table", c.table, "--filter", "status=dead", "--filter", "error=TIME", "--dry-run")
 	require.Equal(t, "would skip 4 messages\n", r.stdout)
 	r = c.ok(t, "dead", "skip", "--table", c.table, "--filter", "event_type=B")
 	require.Equal(t, "skipped 3 messages\n", r.stdout)
@@ -78,11 +78,11 @@ func testReplay(t *testing.T, bin string) {
 	c.migrate(t)
 	ids := seedBulk(t, c)
 
-	r := c.ok(t, "replay", "--table", c.table, "--filter", fmt.Sprintf("id>=%d", ids[7]), "--dry-run")
+	r := c.ok(t, "replay", "--table", c.table, "--filter", fmt.Sprintf("id_min=%d", ids[7]), "--dry-run")
 	require.Equal(t, "would replay 3 messages\n", r.stdout)
 	require.Equal(t, 4, c.count(t, "status = 'done'"))
 
-	r = c.ok(t, "replay", "--table", c.table, "--filter", fmt.Sprintf("id>=%d", ids[7]), "--filter", "status=done",
+	r = c.ok(t, "replay", "--table", c.table, "--filter", fmt.Sprintf("id_min=%d", ids[7]), "--filter", "status=done",
 		"--name", "fix-7", "--rate", "1000")
 	require.Equal(t, "replayed 3 messages\n", r.stdout)
 	require.Equal(t, 3, c.count(t, `status = 'pending' AND attempts = 0 AND done_at IS NULL AND headers->>'Outbox-Replay' = 'fix-7'`))
@@ -102,17 +102,23 @@ func testBulkBadInput(t *testing.T, bin string) {
 		args    []string
 		mention string
 	}{
-		{[]string{"dead", "retry", "--filter", "colour=red"}, `"colour=red"`},
+		{[]string{"dead", "retry", "--filter", "colour=red"}, `"colour"`},
+		{[]string{"dead", "skip", "--filter", "evnt_type=A"}, `filter "evnt_type": unknown term (did you mean event_type?)`},
+		{[]string{"dead", "retry", "--filter", "id>=3"}, `(did you mean id_min?)`},
+		{[]string{"dead", "retry", "--filter", "status=dead"}, "--all"},
+		{[]string{"dead", "skip", "--filter", "status=dead"}, "--all"},
+		{[]string{"replay", "--filter", "status=done"}, "--all"},
+		{[]string{"replay", "--all", "--filter", "event_type=A"}, "not both"},
 		{[]string{"dead", "retry", "--filter", "status=pending"}, "dead messages only"},
 		{[]string{"dead", "skip", "--filter", "payload=$.n >"}, "jsonpath"},
-		{[]string{"dead", "retry", "--filter", "id>=x", "--dry-run"}, `"id>=x"`},
-		{[]string{"dead", "retry", "--all", "--filter", "event_type=A"}, "one of"},
+		{[]string{"dead", "retry", "--filter", "id_min=x", "--dry-run"}, `filter "id_min": "x" is not a message id`},
+		{[]string{"dead", "retry", "--all", "--filter", "event_type=A"}, "not both"},
 		{[]string{"dead", "skip", "--filter", "event_type=A", "1"}, "one of"},
-		{[]string{"replay"}, "--filter"},
+		{[]string{"replay"}, "--all"},
 		{[]string{"replay", "--filter", "header=$$"}, "jsonpath"},
 		{[]string{"replay", "--filter", "status=dead"}, "done messages only"},
-		{[]string{"replay", "--filter", "status=done", "--name", "no spaces"}, "--name"},
-		{[]string{"replay", "--filter", "status=done", "--rate", "-1"}, "--rate"},
+		{[]string{"replay", "--all", "--name", "no spaces"}, "--name"},
+		{[]string{"replay", "--all", "--rate", "-1"}, "--rate"},
 	} {
 		words := 1 // the command's words come first, then --table and the rest
 		if tc.args[0] == "dead" {

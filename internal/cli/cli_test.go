@@ -774,7 +774,8 @@ func testDead(t *testing.T, bin string) {
 		{"dead", "retry"},
 		{"dead", "skip"},
 		{"dead", "retry", "--all", "1"},
-		{"dead", "skip", "--all"},
+		{"dead", "skip", "--all", "--filter", "event_type=A"},
+		{"dead", "skip", "--filter", "status=dead"},
 		{"dead", "retry", "abc"},
 		{"dead", "revive", "1"},
 	} {

@@ -46,6 +46,7 @@ type consoleSQL struct {
 	deadRetry, deadSkip, replay                     string
 	auditInsert, auditFinish, auditList             string
 	breakdownEvent, breakdownAggregate, owners      string
+	maxID                                           string
 }
 
 func loadConsole(load func(string) string) consoleSQL {
@@ -69,7 +70,17 @@ func loadConsole(load func(string) string) consoleSQL {
 		breakdownEvent:     strings.ReplaceAll(breakdown, "{{key}}", "event_type"),
 		breakdownAggregate: strings.ReplaceAll(breakdown, "{{key}}", "aggregate_type"),
 		owners:             load("sql/dispatchers.sql"),
+		maxID:              load("sql/max_id.sql"),
 	}
+}
+
+// MaxID returns the highest id in the table (0 when it is empty) and the
+// database's clock.
+func (s *Store) MaxID(ctx context.Context, db DB) (int64, time.Time, error) {
+	var id int64
+	var at time.Time
+	err := db.QueryRow(ctx, s.console.maxID).Scan(&id, &at)
+	return id, at, translate(err)
 }
 
 // MessagesSQL returns the statement Messages runs for f and p, with its
