@@ -209,6 +209,14 @@ func (f *fetcher) idle(ctx context.Context) bool {
 		// a whole poll interval.
 		if err := d.store.Wait(ctx, d.pool, d.cfg.Owner, 3*d.cfg.PollInterval); err == nil {
 			f.waiting, f.registeredAt = true, time.Now()
+			// The claim that follows sees every commit that notified so
+			// far: a wake-up already pending (the listener's start, say)
+			// would only wake the idle fetcher again for nothing, and its
+			// claim would clear the waiter row just registered.
+			select {
+			case <-d.wake:
+			default:
+			}
 			return true
 		}
 	}
