@@ -33,6 +33,11 @@ func (r *run) classFigures(ctx context.Context, g *group, c *counts) error {
 		c.example("search_path_captures", "%s: the wake-up trigger read %s.%s_waiters %d times (a producer's search_path put it first)",
 			g.table, g.decoy, g.name, n)
 	}
+	if p, ok := r.authHeal[g.name]; ok && p.Seconds > p.LimitSeconds {
+		c.AuthHealLate = 1
+		c.example("auth_heal_late", "%s: %d messages refused while every worker's credential was, delivered %.1f s after it healed (limit %.1f s)",
+			g.table, p.Messages, p.Seconds, p.LimitSeconds)
+	}
 	if p, ok := r.probes[g.name]; ok && p.Seconds > p.LimitSeconds {
 		c.OrderedProbeLate = 1
 		c.example("ordered_probe_late", "%s: a burst of %d messages on one aggregate took %.1f s under run (limit %.1f s, poll interval %.1f s)",

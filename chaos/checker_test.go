@@ -34,6 +34,7 @@ type counts struct {
 	ProducerRejected      int `json:"producer_rejected"`
 	SearchPathCaptures    int `json:"search_path_captures"`
 	OrderedProbeLate      int `json:"ordered_probe_late"`
+	AuthHealLate          int `json:"auth_heal_late"`
 
 	// Reported only.
 	Duplicates        int            `json:"duplicates"`
@@ -78,6 +79,7 @@ func (c *counts) add(o *counts) {
 	c.ProducerRejected += o.ProducerRejected
 	c.SearchPathCaptures += o.SearchPathCaptures
 	c.OrderedProbeLate += o.OrderedProbeLate
+	c.AuthHealLate += o.AuthHealLate
 	c.Duplicates += o.Duplicates
 	c.Dead += o.Dead
 	c.DeadUndelivered += o.DeadUndelivered
@@ -111,6 +113,7 @@ type report struct {
 	Migrate          *pctiles               `json:"migrate_seconds,omitempty"`
 	MigrateStall     *pctiles               `json:"migrate_producer_stall_ms,omitempty"`
 	OrderedProbe     map[string]probeResult `json:"ordered_probe,omitempty"`
+	AuthHealProbe    map[string]probeResult `json:"auth_heal_probe,omitempty"`
 	FencedFinalizes  int                    `json:"fenced_finalizes"`
 	Refused          map[string]int         `json:"sink_refusals"`
 	ProducerTxErrors int                    `json:"producer_tx_errors"`
@@ -149,7 +152,8 @@ func (r *report) failures() []string {
 		{"unexplained_duplicates", r.UnexplainedDuplicates}, {"corrupted", r.Corrupted},
 		{"audit_anomalies", r.AuditAnomalies}, {"falsely_dead", r.FalselyDead},
 		{"producer_rejected", r.ProducerRejected}, {"search_path_captures", r.SearchPathCaptures},
-		{"ordered_probe_late", r.OrderedProbeLate}, {"migrate_failures", r.MigrateFailures},
+		{"ordered_probe_late", r.OrderedProbeLate}, {"auth_heal_late", r.AuthHealLate},
+		{"migrate_failures", r.MigrateFailures},
 	} {
 		if f.n != 0 {
 			out = append(out, fmt.Sprintf("%s=%d", f.name, f.n))
@@ -236,6 +240,7 @@ func (r *run) check(drainTook time.Duration) (*report, error) {
 	rep.MigrateFailures, rep.Migrate = migrateFigures(events)
 	rep.MigrateStall = r.producerStall(events)
 	rep.OrderedProbe = r.probes
+	rep.AuthHealProbe = r.authHeal
 	r.timing(rep, owned, events)
 	return rep, nil
 }

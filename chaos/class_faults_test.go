@@ -310,3 +310,79 @@ func classArm(c classSet, s uint64, slot, inc int, heartbeat bool, lease time.Du
 	}
 	return append(fps, fmt.Sprintf("publish-hang=hang@%d:0s", 5+rng.IntN(100))), true
 }
+
+// Credential-heal probe (class auth_heal): after the drain, with every
+// worker idle, the sink refuses every worker's credential (HTTP 401, or
+// the NATS broker's Authorization Violation), a batch is written and
+// refused until every worker has paused, then the credential is restored:
+// the batch must be delivered within authHealLimit. A refused message
+// parked past the paused sink's probe leaves a healed sink idle with
+// nothing to probe with (it waited 30 s).
+const (
+	authHealMessages = 20
+	authHealRefusing = 2500 * time.Millisecond // the refusal, once the batch is written
+	authHealLimit    = 10 * time.Second
+)
+
+func (r *run) probeAuthHeal() {
+	var g *group
+	for _, c := range r.groups {
+		if !c.cfg.ordered {
+			g = c
+			break
+		}
+	}
+	if g == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	res := probeResult{Messages: authHealMessages, LimitSeconds: authHealLimit.Seconds(), Tries: 1}
+	refuse, restore := r.refuseEveryone()
+	i := r.ev.add(event{Kind: faultSinkAuth, Start: time.Now(), Detail: "auth_heal probe: every worker refused"})
+	refuse()
+	agg := g.name + "-auth-heal"
+	err := g.producers[0].write(ctx, agg, authHealMessages, false)
+	if err == nil {
+		sleepCtx(ctx, authHealRefusing)
+	}
+	restore()
+	r.ev.end(i, time.Now())
+	if err != nil {
+		r.t.Errorf("auth_heal probe on %s: %v", g.name, err)
+		return
+	}
+	start := time.Now()
+	for ctx.Err() == nil {
+		var done int
+		if err := r.env.admin.QueryRow(ctx, `SELECT count(*) FROM `+g.table+` WHERE aggregate_id = $1 AND status = 'done'`,
+			agg).Scan(&done); err != nil {
+			r.t.Errorf("auth_heal probe on %s: %v", g.name, err)
+			return
+		}
+		if done >= authHealMessages {
+			break
+		}
+		sleepCtx(ctx, 20*time.Millisecond)
+	}
+	res.Seconds = time.Since(start).Seconds()
+	r.authHeal = map[string]probeResult{g.name: res}
+}
+
+// refuseEveryone returns how to make the sink refuse every worker's
+// credential and how to restore it.
+func (r *run) refuseEveryone() (refuse, restore func()) {
+	if r.nats != nil {
+		return func() {
+				for _, s := range r.allSlots() {
+					s.sinkProxy.RefuseAuth()
+				}
+			}, func() {
+				for _, s := range r.allSlots() {
+					s.sinkProxy.Restore()
+				}
+			}
+	}
+	return func() { r.rec.updateFaults(func(sf *sinkFaults) { sf.authCode, sf.authSlot = 401, "" }) },
+		func() { r.rec.updateFaults(func(sf *sinkFaults) { sf.authCode, sf.authSlot = 0, "" }) }
+}

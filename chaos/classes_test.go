@@ -43,6 +43,10 @@ const (
 	// with another one (one without the table's schema, one with a
 	// same-named waiters table earlier on the path).
 	classSearchPath = "search_path"
+	// classAuthHeal: after the drain, every worker's credential is refused
+	// while a batch is written, until each worker has paused, then healed:
+	// the batch must arrive within a few probe intervals.
+	classAuthHeal = "auth_heal"
 	// classOrderedRun: the ordered table's workers poll rarely, so a head
 	// finalized under `run` must wake the fetcher; after the drain a burst
 	// on one aggregate is timed.
@@ -50,7 +54,7 @@ const (
 )
 
 var allClasses = []string{classSinkBadText, classErrorText, classSinkAuth, classSinkReject,
-	classPublishHang, classMigrate, classSearchPath, classOrderedRun}
+	classPublishHang, classMigrate, classSearchPath, classOrderedRun, classAuthHeal}
 
 // defaultClasses are drawn by every run unless CHAOS_CLASSES leaves them
 // out: every class, since outboxd handles each of them.

@@ -210,6 +210,7 @@ type run struct {
 	migrateBusy atomic.Bool
 	migrations  atomic.Int64
 	probes      map[string]probeResult
+	authHeal    map[string]probeResult
 
 	phaseStart, phaseEnd time.Time
 }
@@ -457,6 +458,9 @@ func (r *run) drain() time.Duration {
 	if r.cfg.classes.has(classOrderedRun) && r.nats == nil {
 		// The probe needs the webhook's per-aggregate delay.
 		r.probeOrdered()
+	}
+	if r.cfg.classes.has(classAuthHeal) {
+		r.probeAuthHeal()
 	}
 	r.stopWorkers()
 	return time.Since(start)
