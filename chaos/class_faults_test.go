@@ -315,7 +315,8 @@ func classArm(c classSet, s uint64, slot, inc int, heartbeat bool, lease time.Du
 // worker idle, the sink refuses every worker's credential (HTTP 401, or
 // the NATS broker's Authorization Violation), a batch is written and
 // refused until every worker has paused, then the credential is restored:
-// the batch must be delivered within authHealLimit. A refused message
+// the batch must be delivered within authHealLimit (the batch's rows are
+// those past the table's highest id before it: the producers are stopped). A refused message
 // parked past the paused sink's probe leaves a healed sink idle with
 // nothing to probe with (it waited 30 s).
 const (
@@ -338,11 +339,16 @@ func (r *run) probeAuthHeal() {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	res := probeResult{Messages: authHealMessages, LimitSeconds: authHealLimit.Seconds(), Tries: 1}
+	var before int64
+	if err := r.env.admin.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM `+g.table).Scan(&before); err != nil {
+		r.t.Errorf("auth_heal probe on %s: %v", g.name, err)
+		return
+	}
 	refuse, restore := r.refuseEveryone()
 	i := r.ev.add(event{Kind: faultSinkAuth, Start: time.Now(), Detail: "auth_heal probe: every worker refused"})
 	refuse()
-	agg := g.name + "-auth-heal"
-	err := g.producers[0].write(ctx, agg, authHealMessages, false)
+	// The producers are stopped: the batch is every row past before.
+	err := g.producers[0].write(ctx, g.name+"-auth-heal", authHealMessages, false)
 	if err == nil {
 		sleepCtx(ctx, authHealRefusing)
 	}
@@ -355,8 +361,8 @@ func (r *run) probeAuthHeal() {
 	start := time.Now()
 	for ctx.Err() == nil {
 		var done int
-		if err := r.env.admin.QueryRow(ctx, `SELECT count(*) FROM `+g.table+` WHERE aggregate_id = $1 AND status = 'done'`,
-			agg).Scan(&done); err != nil {
+		if err := r.env.admin.QueryRow(ctx, `SELECT count(*) FROM `+g.table+` WHERE id > $1 AND status = 'done'`,
+			before).Scan(&done); err != nil {
 			r.t.Errorf("auth_heal probe on %s: %v", g.name, err)
 			return
 		}
