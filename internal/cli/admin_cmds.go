@@ -425,17 +425,22 @@ func moveDead(ctx context.Context, e *env, a *outbox.Admin, verb string, all boo
 func runPurge(ctx context.Context, e *env, args []string) error {
 	var olderThan time.Duration
 	var batch int
-	c := newDBCommand(e, "purge", "purge --older-than DURATION [--batch N]")
-	olderFlag := durVar(c.FlagSet, &olderThan, "older-than", 0, "delete done messages finished longer ago than this (e.g. 7d, 36h) (required)")
+	c := newDBCommand(e, "purge", "purge --older-than DURATION|--all [--batch N]")
+	olderFlag := durVar(c.FlagSet, &olderThan, "older-than", 0, "delete done messages finished longer ago than this (e.g. 7d, 36h)")
+	all := c.Bool("all", false, "delete every done message")
 	c.IntVar(&batch, "batch", 1000, "rows per DELETE")
 	if err := c.parse(e, args); err != nil {
 		return err
 	}
 	switch {
-	case !olderFlag.set:
-		return usagef("purge: --older-than is required")
+	case *all && olderFlag.set:
+		return usagef("purge: give --older-than or --all, not both")
+	case !olderFlag.set && !*all:
+		return usagef("purge: --older-than is required (or --all)")
 	case olderThan < 0:
 		return usagef("--older-than must not be negative")
+	case olderFlag.set && olderThan == 0:
+		return usagef("purge: --older-than 0 deletes every done message; give --all to say so")
 	case batch < 1:
 		return usagef("--batch must be positive")
 	}

@@ -830,6 +830,8 @@ func testPurge(t *testing.T, bin string) {
 		{"purge"},
 		{"purge", "--older-than", "yesterday"},
 		{"purge", "--older-than", "-1h"},
+		{"purge", "--older-than", "0s"},
+		{"purge", "--all", "--older-than", "1h"},
 		{"purge", "--older-than", "1h", "--batch", "0"},
 	} {
 		requireFailure(t, c.run(t, append(args, "--table", c.table)...), 2)
@@ -981,7 +983,7 @@ func testHostileTable(t *testing.T, bin string) {
 
 		r = run(nil, "dead", "list", "--json")
 		require.Equal(t, "[]", strings.TrimSpace(r.stdout))
-		r = run(nil, "purge", "--older-than", "0s")
+		r = run(nil, "purge", "--all")
 		require.Contains(t, r.stdout, "purged 1 ")
 
 		var n int
