@@ -294,6 +294,10 @@ func (c *Config) validate() *ConfigError {
 	return nil
 }
 
+// inOrder reports whether each aggregate is delivered in id order, only
+// its head claimable: with Ordered, and always under shard leases.
+func (c *Config) inOrder() bool { return c.Ordered || c.LeaseMode == LeaseShards }
+
 // DefaultOwner returns "host-pid-random", unique per process start.
 func DefaultOwner() string {
 	host, err := os.Hostname()

@@ -191,7 +191,7 @@ func (f *fetcher) idle(ctx context.Context) bool {
 		if f.slots.inUse() > 0 {
 			return f.sleep(ctx, f.slots.released(), d.cfg.PollInterval)
 		}
-		more, err := d.store.Undelivered(ctx, d.pool, d.cfg.Ordered)
+		more, err := d.store.Undelivered(ctx, d.pool, d.cfg.inOrder())
 		if err == nil && !more {
 			return false
 		}
@@ -257,12 +257,13 @@ func (f *fetcher) gate() (batch int, wait time.Duration, extra <-chan struct{}) 
 	return f.d.cfg.BatchSize, 0, nil
 }
 
-// headFreed is what, besides a notification, ends an idle wait: in ordered
-// mode a finalize may free the head of an aggregate whose next message is
-// already waiting, and no producer notifies about that, so the completer's
-// give-back wakes the fetcher; otherwise nothing (a finalize frees no row).
+// headFreed is what, besides a notification, ends an idle wait: when each
+// aggregate is delivered in order (ordered rows, shard leases) a finalize
+// may free the head of an aggregate whose next message is already waiting,
+// and no producer notifies about that, so the completer's give-back wakes
+// the fetcher; otherwise nothing (a finalize frees no row).
 func (f *fetcher) headFreed() <-chan struct{} {
-	if f.d.cfg.Ordered {
+	if f.d.cfg.inOrder() {
 		return f.slots.released()
 	}
 	return nil
