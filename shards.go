@@ -25,6 +25,8 @@ type shardLeases struct {
 	struck    map[int]int64 // shard → the head its strikes are against
 	inFlight  map[int64]int // id → shard
 	renewedAt time.Time
+	// lookedAt is when the free shards were last counted, between renewals.
+	lookedAt time.Time
 }
 
 func newShardLeases(d *Dispatcher, count int) *shardLeases {
@@ -130,11 +132,9 @@ func (s *shardLeases) settled(writes []store.RowWrite) {
 // back shards towards ceil(shards / dispatchers alive).
 func (s *shardLeases) maintain(ctx context.Context) error {
 	d := s.d
-	s.mu.Lock()
-	due := time.Since(s.renewedAt) >= d.cfg.Lease/3 || len(s.held) == 0 && time.Since(s.renewedAt) >= d.cfg.PollInterval
-	s.mu.Unlock()
-	if !due {
-		return nil
+	due, err := s.due(ctx)
+	if err != nil || !due {
+		return err
 	}
 	held, alive, err := d.store.RenewShards(ctx, d.pool, d.cfg.Owner, d.cfg.Lease)
 	if err != nil {
@@ -159,6 +159,28 @@ func (s *shardLeases) maintain(ctx context.Context) error {
 		}
 	}
 	return s.requeue(ctx)
+}
+
+// due reports whether the leases are to be renewed and balanced now: a
+// third of a lease since the last renewal, or, for a dispatcher holding
+// fewer than every shard, a poll interval since it last looked and shards
+// free (a dispatcher that stopped released its shards and left).
+func (s *shardLeases) due(ctx context.Context) (bool, error) {
+	s.mu.Lock()
+	renewed, looked, held := time.Since(s.renewedAt), time.Since(s.lookedAt), len(s.held)
+	s.mu.Unlock()
+	poll := s.d.cfg.PollInterval
+	switch {
+	case renewed >= s.d.cfg.Lease/3 || held == 0 && renewed >= poll:
+		return true, nil
+	case held == s.count || looked < poll || renewed < poll:
+		return false, nil
+	}
+	s.mu.Lock()
+	s.lookedAt = time.Now()
+	s.mu.Unlock()
+	free, err := s.d.store.FreeShards(ctx, s.d.pool)
+	return free > 0, err
 }
 
 // requeue takes over the rows of held shards that row leases left behind.
@@ -240,8 +262,9 @@ func (s *shardLeases) release(ctx context.Context, leases []store.ShardLease) er
 	return err
 }
 
-// releaseAll gives every held shard back, at shutdown once every verdict
-// is written, so another dispatcher takes them at once and strikes nothing.
+// releaseAll gives every held shard back and leaves the members, at
+// shutdown once every verdict is written, so the others take the shards at
+// once (their share grows) and strike nothing.
 func (s *shardLeases) releaseAll(ctx context.Context) error {
 	s.mu.Lock()
 	leases := make([]store.ShardLease, 0, len(s.held))
@@ -249,10 +272,12 @@ func (s *shardLeases) releaseAll(ctx context.Context) error {
 		leases = append(leases, store.ShardLease{Shard: shard, Token: token})
 	}
 	s.mu.Unlock()
-	if len(leases) == 0 {
-		return nil
+	if len(leases) > 0 {
+		if err := s.release(ctx, leases); err != nil {
+			return err
+		}
 	}
-	return s.release(ctx, leases)
+	return s.d.store.LeaveShards(ctx, s.d.pool, s.d.cfg.Owner)
 }
 
 // startLeaseMode sets up shard leases for a dispatcher in that mode; in

@@ -238,3 +238,96 @@ func TestShardLeasesDeliverRetriedOldDeadRow(t *testing.T) {
 	require.Equal(t, []int64{id}, rec.IDs())
 	require.Equal(t, "done", b.row(t, id).Status)
 }
+
+// Drain returns in shard mode once nothing deliverable is left: an
+// aggregate whose head is dead holds its later messages back, as in
+// ordered row mode, and Drain does not wait for them.
+func TestShardLeasesDrainSkipsBlockedAggregate(t *testing.T) {
+	t.Parallel()
+	b := shardBundle(t, 4)
+	blocked := b.enqueueN(t, 3, "a")
+	free := b.enqueueN(t, 5, "b")
+	b.exec(t, "UPDATE "+b.quoted+" SET status = 'dead', attempts = 3 WHERE id = $1", blocked[0])
+	rec := newRecorder(nil)
+	drain(t, b.dispatcher(t, rec.Sink(), shardConfig(outbox.Config{})))
+	require.Len(t, rec.Messages(), len(free))
+	require.Equal(t, 2, b.countStatus(t, "pending"), "held back behind the dead head")
+}
+
+// The next message of an aggregate is read as soon as its predecessor is
+// finalized, not at the next poll: an aggregate's backlog does not crawl.
+func TestShardLeasesBacklogFollowsFinalize(t *testing.T) {
+	t.Parallel()
+	b := shardBundle(t, 2)
+	// A publish outlasting the fetcher's pause: it goes idle while each
+	// head is in flight.
+	rec := newRecorder(func(context.Context, *outbox.Message) error { time.Sleep(50 * time.Millisecond); return nil })
+	sig := newSignals()
+	d := b.dispatcher(t, rec.Sink(), shardConfig(outbox.Config{PollInterval: 10 * time.Second, Hook: sig}))
+	start(t, d)
+	waitIdle(t, sig)
+	b.enqueueN(t, 5, "a") // one commit, one wake-up: the rest follow finalizes
+	require.Eventually(t, func() bool { return len(rec.Messages()) == 5 }, 5*time.Second, 10*time.Millisecond,
+		"the backlog waited for polls")
+}
+
+// A dispatcher that stops gracefully hands its shards over at once: one
+// started just after it delivers everything without waiting out the
+// stopped one's lease or membership.
+func TestShardLeasesStopHandsOver(t *testing.T) {
+	t.Parallel()
+	b := shardBundle(t, 16)
+	for _, agg := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		b.enqueueN(t, 40, agg)
+	}
+	slow := newRecorder(func(context.Context, *outbox.Message) error { time.Sleep(5 * time.Millisecond); return nil })
+	cfg := shardConfig(outbox.Config{Lease: time.Minute, Workers: 4})
+	first := *cfg
+	first.Owner = "first"
+	d1 := b.dispatcher(t, slow.Sink(), &first)
+	require.NoError(t, d1.Start(context.Background()))
+	eventually(t, func() bool { return len(slow.Messages()) >= 40 })
+	require.NoError(t, d1.Stop())
+
+	second := *cfg
+	second.Owner = "second"
+	rec := newRecorder(nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, b.dispatcher(t, rec.Sink(), &second).Drain(ctx))
+	require.NoError(t, ctx.Err(), "the second dispatcher waited for the stopped one's lease")
+	require.Equal(t, 320, b.countStatus(t, "done"))
+}
+
+// A running dispatcher takes a stopped one's shards within a poll
+// interval, not at its next renewal a third of a (long) lease later.
+func TestShardLeasesSurvivorTakesStoppedShards(t *testing.T) {
+	t.Parallel()
+	b := shardBundle(t, 8)
+	owners := func() map[string]int {
+		rows, err := b.pool.Query(t.Context(), "SELECT owner, count(*)::int FROM "+
+			pgx.Identifier{b.schema, "outbox_shards"}.Sanitize()+" WHERE owner IS NOT NULL GROUP BY owner")
+		require.NoError(t, err)
+		out := map[string]int{}
+		for rows.Next() {
+			var o string
+			var n int
+			require.NoError(t, rows.Scan(&o, &n))
+			out[o] = n
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	cfg := shardConfig(outbox.Config{Lease: time.Minute, PollInterval: 200 * time.Millisecond})
+	a, c := *cfg, *cfg
+	a.Owner, c.Owner = "A", "B"
+	// B is a member from the start, so A takes only its half.
+	b.exec(t, "INSERT INTO "+pgx.Identifier{b.schema, "outbox_shard_members"}.Sanitize()+" (owner, seen) VALUES ('B', now())")
+	start(t, b.dispatcher(t, newRecorder(nil).Sink(), &a))
+	eventually(t, func() bool { return owners()["A"] == 4 })
+	d := b.dispatcher(t, newRecorder(nil).Sink(), &c)
+	require.NoError(t, d.Start(context.Background()))
+	eventually(t, func() bool { o := owners(); return o["A"] == 4 && o["B"] == 4 }, "B took the free half")
+	require.NoError(t, d.Stop())
+	eventually(t, func() bool { return owners()["A"] == 8 }, "A took B's shards at once")
+}

@@ -17,6 +17,7 @@ const MaxShards = 4096
 // shardSQL are the shard-lease statements (docs/shard-leases.md).
 type shardSQL struct {
 	exists, count, renew, acquire, release, read, finalize, requeue string
+	leave, free                                                     string
 }
 
 func loadShards(load func(string) string) shardSQL {
@@ -29,6 +30,8 @@ func loadShards(load func(string) string) shardSQL {
 		read:     load("sql/shard_read.sql"),
 		finalize: load("sql/shard_finalize.sql"),
 		requeue:  load("sql/shard_requeue.sql"),
+		leave:    load("sql/shard_leave.sql"),
+		free:     load("sql/shard_free.sql"),
 	}
 }
 
@@ -131,6 +134,20 @@ func (s *Store) ReleaseShards(ctx context.Context, db DB, owner string, leases [
 	}
 	out, err := pgx.CollectRows(rows, pgx.RowTo[int])
 	return out, translate(err)
+}
+
+// LeaveShards drops owner's membership: the others stop counting it as
+// alive, so their share of the shards grows at once.
+func (s *Store) LeaveShards(ctx context.Context, db DB, owner string) error {
+	_, err := db.Exec(ctx, s.shards.leave, ownerText(owner))
+	return translate(err)
+}
+
+// FreeShards counts the shards no live lease holds.
+func (s *Store) FreeShards(ctx context.Context, db DB) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, s.shards.free).Scan(&n)
+	return n, translate(err)
 }
 
 func splitLeases(leases []ShardLease) ([]int32, []int64) {
