@@ -93,7 +93,12 @@ func TestShardLeasesRetryHoldsBackItsAggregate(t *testing.T) {
 	}
 	require.Less(t, first[other[0]], first[a[1]], "b went ahead while a's head backed off")
 	require.Equal(t, []int64{a[0], a[1]}, []int64{order[len(order)-2], order[len(order)-1]}, "a's successor after its head's retry")
-	require.Equal(t, 1, b.row(t, a[0]).Attempts, "one failed delivery")
+	// A done row reads as under row leases: its deliveries counted, the
+	// one that finished it included, and that delivery's token.
+	r := b.row(t, a[0])
+	require.Equal(t, 2, r.Attempts, "one failed delivery, then the one that finished it")
+	require.Positive(t, r.LeaseVersion)
+	require.Equal(t, 1, b.row(t, other[0]).Attempts)
 }
 
 // A dispatcher that stalls past its shard leases loses them: the one that

@@ -44,8 +44,9 @@ func (s *Store) ReadShards(ctx context.Context, db DB, shards []int, inFlight []
 // FinalizeShards writes outcomes in one statement, fenced on each shard's
 // token (each write's Shard and LeaseVersion; see sql/shard_finalize.sql),
 // and returns per write whether it was made. A write of a shard no longer
-// held, or of a row no longer pending, is not. A pending or dead write
-// counts a failed delivery in attempts unless Refund is set.
+// held, or of a row no longer pending, is not. Every write counts its
+// delivery in attempts (a done one too, as a claim does under row leases)
+// unless Refund is set, and stamps the shard's token as lease_version.
 func (s *Store) FinalizeShards(ctx context.Context, db DB, owner string, writes []RowWrite) ([]bool, error) {
 	n := len(writes)
 	ids, statuses, delays := make([]int64, n), make([]string, n), make([]int64, n)
@@ -54,7 +55,7 @@ func (s *Store) FinalizeShards(ctx context.Context, db DB, owner string, writes 
 	var leases []ShardLease
 	for i, w := range writes {
 		ids[i], statuses[i], delays[i], errs[i] = w.ID, w.Status, w.Delay.Microseconds(), storable(w.Error, maxErrorText)
-		if w.Status != StatusDone && !w.Refund {
+		if !w.Refund {
 			attempts[i] = 1
 		}
 		if l := (ShardLease{Shard: w.Shard, Token: w.LeaseVersion}); !seen[l] {

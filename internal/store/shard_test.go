@@ -150,7 +150,10 @@ func TestShardReadAndFinalize(t *testing.T) {
 	require.Equal(t, 1, retried.Attempts)
 	require.Equal(t, "503", *retried.LastError)
 	require.Equal(t, store.StatusDead, b.row(t, writes[1].ID).Status)
-	require.Equal(t, store.StatusDone, b.row(t, writes[2].ID).Status)
+	done := b.row(t, writes[2].ID)
+	require.Equal(t, store.StatusDone, done.Status)
+	require.Equal(t, 1, done.Attempts, "the delivery that finished it counts, as under row leases")
+	require.Equal(t, writes[2].LeaseVersion, done.LeaseVersion, "the token of the delivery that wrote it")
 
 	rows = b.readShards(t, a, nil, 100)
 	require.Len(t, rows, 1, "only the row that was in flight: done, dead and backed-off rows are not read")

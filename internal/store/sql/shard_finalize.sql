@@ -4,12 +4,15 @@
 -- committed first changed the token, so a re-check excludes the shard and
 -- none of its rows is written. Without the lock, a plain join reads the
 -- shard row as of the statement's start and accepts writes of a shard
--- taken over meanwhile. Only rows still pending are written.
+-- taken over meanwhile. Only rows still pending are written. A written
+-- row reads as under row leases: attempts counts the deliveries made (the
+-- one that finished it included) and lease_version is the token of the
+-- delivery that wrote it, its shard's.
 -- $1 owner, $2 shards, $3 tokens, $4 ids, $5 new statuses,
 -- $6 delays in microseconds (pending only), $7 attempts to add,
 -- $8 errors ('' keeps the previous one).
 WITH held AS (
-    SELECT s.shard FROM {{shards}} AS s
+    SELECT s.shard, s.token FROM {{shards}} AS s
     JOIN unnest($2::integer[], $3::bigint[]) AS f(shard, token)
       ON s.shard = f.shard AND s.token = f.token
     WHERE s.owner = $1
@@ -24,11 +27,13 @@ SET status = r.status,
     last_error = CASE WHEN r.status = 'done' THEN NULL
                       WHEN r.last_error = '' THEN o.last_error
                       ELSE r.last_error END,
-    done_at = CASE WHEN r.status = 'done' THEN now() END
+    done_at = CASE WHEN r.status = 'done' THEN now() END,
+    lease_version = h.token
 FROM unnest($4::bigint[], $5::text[], $6::bigint[], $7::integer[], $8::text[])
-     AS r(id, status, delay_us, attempts, last_error)
+     AS r(id, status, delay_us, attempts, last_error),
+     held AS h
 WHERE o.id = ANY ($4::bigint[])
   AND o.id = r.id
   AND o.status = 'pending'
-  AND o.shard IN (SELECT shard FROM held)
+  AND o.shard = h.shard
 RETURNING o.id
