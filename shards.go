@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -245,10 +246,22 @@ func (s *shardLeases) bury(ctx context.Context, a store.AcquiredShard) error {
 		ID: *a.StrikeID, Shard: a.Shard, LeaseVersion: a.Token, Status: store.StatusDead, Error: msg, Refund: true,
 	}})
 	if err == nil {
+		s.d.hook.OnSettle(SettleEvent{Message: s.buried(ctx, *a.StrikeID, a.Token), Outcome: OutcomeDead, Err: errors.New(msg)})
 		s.d.stats.count(OutcomeDead)
 		s.d.log.ErrorContext(ctx, "message went dead: it crashed its dispatchers", slog.Int64("outbox_id", *a.StrikeID), slog.Int("strikes", a.Strikes))
 	}
 	return err
+}
+
+// buried is the message a bury wrote dead, as the hook sees every settled
+// one: read back, or its id and token alone if the read fails.
+func (s *shardLeases) buried(ctx context.Context, id, token int64) *Message {
+	m := &Message{ID: id, IDNamespace: s.d.cfg.IDNamespace, FencingToken: token}
+	if det, err := s.d.store.Message(ctx, s.d.pool, id); err == nil {
+		m.AggregateType, m.AggregateID, m.EventType = det.AggregateType, det.AggregateID, det.EventType
+		m.Payload, m.CreatedAt, m.Attempt, m.Headers = det.Payload, det.CreatedAt, det.Attempts, det.Headers
+	}
+	return m
 }
 
 func (s *shardLeases) release(ctx context.Context, leases []store.ShardLease) error {

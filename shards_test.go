@@ -150,7 +150,8 @@ func TestShardLeasesPoisonGoesDead(t *testing.T) {
 		}
 		return errors.New("never returned")
 	})
-	cfg := shardConfig(outbox.Config{Lease: 30 * time.Second, MaxAttempts: 3})
+	settled := &settleHook{} // every dispatcher's: any of them may bury the poison
+	cfg := shardConfig(outbox.Config{Lease: 30 * time.Second, MaxAttempts: 3, Hook: settled})
 	for range cfg.MaxAttempts {
 		start(t, b.dispatcher(t, sink, cfg))
 		select {
@@ -168,6 +169,12 @@ func TestShardLeasesPoisonGoesDead(t *testing.T) {
 	r := b.row(t, poison)
 	require.Equal(t, "dead", r.Status)
 	require.Contains(t, *r.LastError, "died 3 times")
+	// Settled like any other outcome: the hook (and so the metrics) see it.
+	ev, ok := settled.of(poison)
+	require.True(t, ok, "the buried message reached OnSettle")
+	require.Equal(t, outbox.OutcomeDead, ev.Outcome)
+	require.Equal(t, "p", ev.Message.AggregateID)
+	require.ErrorContains(t, ev.Err, "died 3 times")
 	for _, id := range append(before, after...) {
 		require.Equal(t, "done", b.row(t, id).Status)
 	}
@@ -335,4 +342,29 @@ func TestShardLeasesSurvivorTakesStoppedShards(t *testing.T) {
 	eventually(t, func() bool { o := owners(); return o["A"] == 4 && o["B"] == 4 }, "B took the free half")
 	require.NoError(t, d.Stop())
 	eventually(t, func() bool { return owners()["A"] == 8 }, "A took B's shards at once")
+}
+
+// settleHook records every settled outcome.
+type settleHook struct {
+	outbox.BaseHook
+	mu     sync.Mutex
+	events []outbox.SettleEvent
+}
+
+func (h *settleHook) OnSettle(ev outbox.SettleEvent) {
+	h.mu.Lock()
+	h.events = append(h.events, ev)
+	h.mu.Unlock()
+}
+
+// of returns the settle event of message id.
+func (h *settleHook) of(id int64) (outbox.SettleEvent, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, ev := range h.events {
+		if ev.Message != nil && ev.Message.ID == id {
+			return ev, true
+		}
+	}
+	return outbox.SettleEvent{}, false
 }
