@@ -125,7 +125,7 @@ func (f *fetcher) claim(ctx context.Context, batch int) ([]store.Row, time.Time,
 	var err error
 	switch {
 	case d.shards != nil:
-		rows, dbNow, err = d.shards.claim(claimCtx, batch)
+		rows, dbNow, err = d.shards.claim(claimCtx, batch, f.clearWait)
 	case d.cfg.Ordered:
 		rows, dbNow, f.cursor, err = d.store.ClaimOrdered(claimCtx, d.pool, params, f.buf)
 	default:

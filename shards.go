@@ -36,8 +36,16 @@ func newShardLeases(d *Dispatcher, count int) *shardLeases {
 
 // claim renews and balances the leases when due, then reads the heads of
 // the held shards: up to batch rows, one per struck shard with nothing in
-// flight.
-func (s *shardLeases) claim(ctx context.Context, batch int) ([]store.Row, time.Time, error) {
+// flight. clearWait drops the dispatcher's waiter row first, as a row
+// claim does in its statement: it just woke up, and producers must stop
+// notifying it until it is idle again. The read that follows sees every
+// commit the cleared row would have notified.
+func (s *shardLeases) claim(ctx context.Context, batch int, clearWait bool) ([]store.Row, time.Time, error) {
+	if clearWait {
+		if err := s.d.store.Unwait(ctx, s.d.pool, s.d.cfg.Owner); err != nil {
+			return nil, time.Time{}, err
+		}
+	}
 	if err := s.maintain(ctx); err != nil {
 		return nil, time.Time{}, err
 	}

@@ -368,3 +368,43 @@ func (h *settleHook) of(id int64) (outbox.SettleEvent, bool) {
 	}
 	return outbox.SettleEvent{}, false
 }
+
+// waiterProbe records, at the first claim after it is armed, whether the
+// dispatcher's waiter row exists: the claim that follows a wake-up must
+// have cleared it, or producers keep notifying a busy dispatcher.
+type waiterProbe struct {
+	*signals
+	b      *testBundle
+	owner  string
+	armed  chan struct{}
+	result chan int
+}
+
+func (p *waiterProbe) OnClaim(outbox.ClaimEvent) {
+	select {
+	case <-p.armed:
+	default:
+		return
+	}
+	var n int
+	_ = p.b.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+
+		pgx.Identifier{p.b.schema, "outbox_waiters"}.Sanitize()+" WHERE owner = $1", p.owner).Scan(&n)
+	p.result <- n
+}
+
+func TestShardLeasesWakeClearsWaiter(t *testing.T) {
+	t.Parallel()
+	b := shardBundle(t, 2)
+	p := &waiterProbe{signals: newSignals(), b: b, owner: "w", armed: make(chan struct{}, 1), result: make(chan int, 1)}
+	d := b.dispatcher(t, newRecorder(nil).Sink(), shardConfig(outbox.Config{Owner: "w", PollInterval: 10 * time.Second, Hook: p}))
+	start(t, d)
+	waitIdle(t, p.signals)
+	p.armed <- struct{}{}
+	b.enqueueN(t, 1, "a")
+	select {
+	case n := <-p.result:
+		require.Zero(t, n, "the claim after the wake-up left the waiter row registered")
+	case <-time.After(5 * time.Second):
+		require.FailNow(t, "no claim after the wake-up")
+	}
+}
