@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/outboxd/outbox/internal/spelling"
 )
 
 // Filter selects messages for the console, the CLI and the bulk actions.
@@ -209,7 +211,7 @@ func hint(name string) string {
 	norm := strings.ReplaceAll(strings.ToLower(name), "-", "_")
 	best, bestD := "", 3
 	for _, t := range filterTerms {
-		if d := editDistance(norm, t); d < bestD {
+		if d := spelling.Distance(norm, t); d < bestD {
 			best, bestD = t, d
 		}
 	}
@@ -217,27 +219,6 @@ func hint(name string) string {
 		return " (did you mean " + best + "?)"
 	}
 	return ""
-}
-
-// editDistance is the Levenshtein distance of a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }
 
 func (f *Filter) addStatuses(values []string) error {

@@ -13,7 +13,7 @@ import (
 // library. The broker sinks, metrics, tracing, the console and the CLI are
 // the optional rest (docs/architecture.md, "Modules and Go versions").
 var libraryPackages = []string{
-	".", "./internal/store", "./internal/service", "./inbox", "./webhook",
+	".", "./internal/store", "./internal/service", "./internal/spelling", "./inbox", "./webhook",
 	"./sink/httpsink", "./sink/stdoutsink", "./sink/route", "./sink/sinkutil", "./sink/sinktest",
 }
 

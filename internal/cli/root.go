@@ -10,6 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 	flag "github.com/spf13/pflag"
+
+	"github.com/outboxd/outbox/internal/spelling"
 )
 
 // The command tree is cobra's: it dispatches, suggests a command for a
@@ -242,29 +244,9 @@ func didYouMean(suggestions []string, prefix string) string {
 func suggest(typed string, names []string) []string {
 	var out []string
 	for _, n := range names {
-		if levenshtein(strings.ToLower(typed), strings.ToLower(n)) <= 2 || (len(typed) > 1 && strings.HasPrefix(n, typed)) {
+		if spelling.Distance(strings.ToLower(typed), strings.ToLower(n)) <= 2 || (len(typed) > 1 && strings.HasPrefix(n, typed)) {
 			out = append(out, n)
 		}
 	}
 	return out
-}
-
-func levenshtein(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
