@@ -26,6 +26,23 @@ func shardConfig(cfg outbox.Config) *outbox.Config {
 	return &cfg
 }
 
+// shardOwners counts the shards each owner holds.
+func (b *testBundle) shardOwners(t *testing.T) map[string]int {
+	t.Helper()
+	rows, err := b.pool.Query(t.Context(), "SELECT owner, count(*)::int FROM "+
+		pgx.Identifier{b.schema, "outbox_shards"}.Sanitize()+" WHERE owner IS NOT NULL GROUP BY owner")
+	require.NoError(t, err)
+	out := map[string]int{}
+	for rows.Next() {
+		var o string
+		var n int
+		require.NoError(t, rows.Scan(&o, &n))
+		out[o] = n
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
 // expireShards ends every shard lease and membership now, as if their
 // owners had died: a dispatcher counts as alive for a lease after it last
 // renewed, and takes only its share of the shards meanwhile.
@@ -185,20 +202,7 @@ func TestShardLeasesPoisonGoesDead(t *testing.T) {
 func TestShardLeasesBalance(t *testing.T) {
 	t.Parallel()
 	b := shardBundle(t, 8)
-	held := func() map[string]int {
-		rows, err := b.pool.Query(t.Context(), "SELECT owner, count(*)::int FROM "+
-			pgx.Identifier{b.schema, "outbox_shards"}.Sanitize()+" WHERE owner IS NOT NULL GROUP BY owner")
-		require.NoError(t, err)
-		out := map[string]int{}
-		for rows.Next() {
-			var o string
-			var n int
-			require.NoError(t, rows.Scan(&o, &n))
-			out[o] = n
-		}
-		require.NoError(t, rows.Err())
-		return out
-	}
+	held := func() map[string]int { return b.shardOwners(t) }
 	cfg := shardConfig(outbox.Config{Lease: 600 * time.Millisecond, PublishTimeout: 200 * time.Millisecond})
 	a := *cfg
 	a.Owner = "A"
@@ -316,20 +320,7 @@ func TestShardLeasesStopHandsOver(t *testing.T) {
 func TestShardLeasesSurvivorTakesStoppedShards(t *testing.T) {
 	t.Parallel()
 	b := shardBundle(t, 8)
-	owners := func() map[string]int {
-		rows, err := b.pool.Query(t.Context(), "SELECT owner, count(*)::int FROM "+
-			pgx.Identifier{b.schema, "outbox_shards"}.Sanitize()+" WHERE owner IS NOT NULL GROUP BY owner")
-		require.NoError(t, err)
-		out := map[string]int{}
-		for rows.Next() {
-			var o string
-			var n int
-			require.NoError(t, rows.Scan(&o, &n))
-			out[o] = n
-		}
-		require.NoError(t, rows.Err())
-		return out
-	}
+	owners := func() map[string]int { return b.shardOwners(t) }
 	cfg := shardConfig(outbox.Config{Lease: time.Minute, PollInterval: 200 * time.Millisecond})
 	a, c := *cfg, *cfg
 	a.Owner, c.Owner = "A", "B"

@@ -29,7 +29,8 @@ func pageFilter(q url.Values, force string) (outbox.Filter, error) {
 			}
 		}
 	}
-	return forced(outbox.FilterFromQuery(out))(force)
+	f, err := outbox.FilterFromQuery(out)
+	return forced(f, err, force)
 }
 
 // queryFilter reads the filter of an API call's query string: own are the
@@ -41,25 +42,24 @@ func queryFilter(q url.Values, force string, own ...string) (outbox.Filter, erro
 			out[k] = vs
 		}
 	}
-	return forced(outbox.FilterFromQuery(out))(force)
+	f, err := outbox.FilterFromQuery(out)
+	return forced(f, err, force)
 }
 
 // forced applies a forced status to a parsed filter: the dead-letter page
 // and actions are status=dead, replay status=done, and a filter may name
 // only that status.
-func forced(f outbox.Filter, err error) func(force string) (outbox.Filter, error) {
-	return func(force string) (outbox.Filter, error) {
-		if err != nil || force == "" {
-			return f, err
-		}
-		for _, st := range f.Status {
-			if st != force {
-				return f, &outbox.FilterError{Term: "status", Err: fmt.Errorf("%q: this view and its actions cover %s messages only", st, force)}
-			}
-		}
-		f.Status = []string{force}
-		return f, nil
+func forced(f outbox.Filter, err error, force string) (outbox.Filter, error) {
+	if err != nil || force == "" {
+		return f, err
 	}
+	for _, st := range f.Status {
+		if st != force {
+			return f, &outbox.FilterError{Term: "status", Err: fmt.Errorf("%q: this view and its actions cover %s messages only", st, force)}
+		}
+	}
+	f.Status = []string{force}
+	return f, nil
 }
 
 // parsePage reads keyset paging: after (an id), limit (1..500, default 50)
@@ -128,5 +128,6 @@ func bodyFilter(body filterBody, force string) (outbox.Filter, error) {
 	if err != nil {
 		return outbox.Filter{}, err
 	}
-	return forced(outbox.FilterFromQuery(q))(force)
+	f, err := outbox.FilterFromQuery(q)
+	return forced(f, err, force)
 }
