@@ -155,9 +155,8 @@ func (a *Admin) bulk(ctx context.Context, action store.Action, status string, f 
 	if err := a.CheckFilter(ctx, f); err != nil {
 		return 0, err
 	}
-	if len(f.Status) > 0 && slices.ContainsFunc(f.Status, func(s string) bool { return s != status }) {
-		return 0, &FilterError{Term: "status",
-			Err: fmt.Errorf("%s acts on %s messages only, not %s", label(string(action)), status, f.sortedStatusText())}
+	if err := checkStatus(string(action), status, f); err != nil {
+		return 0, err
 	}
 	table, err := a.store.Resolve(ctx, a.db)
 	if err != nil {
@@ -220,9 +219,7 @@ func (a *Admin) pin(ctx context.Context, f store.Filter, b *Bound) (store.Filter
 	if b.MaxID <= 0 {
 		return f, 0, nil // the preview saw an empty table: nothing to act on
 	}
-	if f.IDMax == 0 || f.IDMax > b.MaxID {
-		f.IDMax = b.MaxID
-	}
+	f.IDMax = upTo(f.IDMax, b.MaxID)
 	n, err := a.store.Count(ctx, a.db, f, 0)
 	if err != nil {
 		return f, 0, err
@@ -244,6 +241,23 @@ func batchSize(size int, rate float64) int {
 		size = min(size, max(1, int(rate)))
 	}
 	return size
+}
+
+// checkStatus refuses a filter naming a status action does not act on.
+func checkStatus(action, status string, f Filter) error {
+	if slices.ContainsFunc(f.Status, func(s string) bool { return s != status }) {
+		return &FilterError{Term: "status",
+			Err: fmt.Errorf("%s acts on %s messages only, not %s", label(action), status, f.sortedStatusText())}
+	}
+	return nil
+}
+
+// upTo is an id_max narrowed to at most bound (0, no id_max, is bound).
+func upTo(idMax, bound int64) int64 {
+	if idMax == 0 || idMax > bound {
+		return bound
+	}
+	return idMax
 }
 
 // batches runs the batches until one comes back short, or limit rows
@@ -362,9 +376,8 @@ func (a *Admin) PreviewMatching(ctx context.Context, action string, f Filter, o 
 	if status == "" {
 		return Preview{}, fmt.Errorf("outbox: preview: unknown action %q (want dead_retry, dead_skip or replay)", action)
 	}
-	if slices.ContainsFunc(f.Status, func(s string) bool { return s != status }) {
-		return Preview{}, &FilterError{Term: "status",
-			Err: fmt.Errorf("%s acts on %s messages only, not %s", label(action), status, f.sortedStatusText())}
+	if err := checkStatus(action, status, f); err != nil {
+		return Preview{}, err
 	}
 	maxID, at, err := a.store.MaxID(ctx, a.db)
 	if err != nil {
@@ -372,9 +385,7 @@ func (a *Admin) PreviewMatching(ctx context.Context, action string, f Filter, o 
 	}
 	scoped := f
 	scoped.Status = []string{status}
-	if scoped.IDMax == 0 || scoped.IDMax > maxID {
-		scoped.IDMax = maxID
-	}
+	scoped.IDMax = upTo(scoped.IDMax, maxID)
 	p := Preview{Bound: Bound{MaxID: maxID, Limit: NoLimit}, At: at}
 	if maxID > 0 {
 		if p.Count, err = a.CountWindow(ctx, scoped, o.Window); err != nil {
