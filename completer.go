@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/outboxd/outbox/internal/failpoint"
 	"github.com/outboxd/outbox/internal/store"
 )
 
@@ -14,17 +13,30 @@ import (
 // batches grow with load and an idle system finalizes at once. After each
 // batch it forgets the batch's leases and gives their slots back.
 type completer struct {
-	d      *Dispatcher
+	mode   leaseMode
 	slots  *slots
 	leases *leaseRegistry
+	// confirm reads which writes of a failed try were made all the same.
+	confirm func(context.Context, []store.RowWrite) ([]bool, error)
+	// settle reports each verdict once its write was tried.
+	settle func(v *verdict, held bool)
+	hook   Hook
+	stats  *counters
+	log    *slog.Logger
 
 	batch  []verdict
 	writes []store.RowWrite
 	keys   []store.Lease
 }
 
-func newCompleter(d *Dispatcher, s *slots, leases *leaseRegistry, maxBatch int) *completer {
-	return &completer{d: d, slots: s, leases: leases, batch: make([]verdict, 0, maxBatch)}
+func newCompleter(d *Dispatcher, mode leaseMode, s *slots, leases *leaseRegistry, maxBatch int) *completer {
+	return &completer{
+		mode: mode, slots: s, leases: leases, settle: d.settle, hook: d.hook, stats: &d.stats, log: d.log,
+		confirm: func(ctx context.Context, w []store.RowWrite) ([]bool, error) {
+			return d.store.FinalizeWritten(ctx, d.pool, w)
+		},
+		batch: make([]verdict, 0, maxBatch),
+	}
 }
 
 // run finalizes verdicts until in is closed.
@@ -60,12 +72,10 @@ func (c *completer) finalize(batch []verdict) {
 	start := time.Now()
 	defer c.leases.forget(c.keys)
 	held, err := c.write(c.writes, c.keys)
-	if c.d.shards != nil {
-		c.d.shards.settled(c.writes)
-	}
+	c.mode.settled(c.writes)
 	if err != nil {
-		c.d.log.Error("giving up on finalize; rows will be re-claimed after their lease", slog.Int("rows", len(batch)))
-		c.d.hook.OnFinalize(FinalizeEvent{Rows: len(batch), Duration: time.Since(start), Err: err})
+		c.log.Error("giving up on finalize; rows will be re-claimed after their lease", slog.Int("rows", len(batch)))
+		c.hook.OnFinalize(FinalizeEvent{Rows: len(batch), Duration: time.Since(start), Err: err})
 		return
 	}
 	lost := 0
@@ -74,9 +84,9 @@ func (c *completer) finalize(batch []verdict) {
 			lost++
 		}
 	}
-	c.d.hook.OnFinalize(FinalizeEvent{Rows: len(batch), LeaseLost: lost, Duration: time.Since(start)})
+	c.hook.OnFinalize(FinalizeEvent{Rows: len(batch), LeaseLost: lost, Duration: time.Since(start)})
 	for i := range batch {
-		c.d.settle(&batch[i], held[i])
+		c.settle(&batch[i], held[i])
 	}
 }
 
@@ -94,19 +104,17 @@ func (c *completer) write(writes []store.RowWrite, keys []store.Lease) ([]bool, 
 		// and is not recorded would be delivered again.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		start := time.Now()
-		held, err := c.finalizeOnce(ctx, writes)
-		if err == nil && attempt > 0 && c.d.shards == nil {
-			// Under shard leases a write whose reply was lost reads as
-			// not made (lease_lost); confirming it is still to come.
+		held, err := c.mode.finalize(ctx, writes)
+		if err == nil && attempt > 0 {
 			err = c.confirmWritten(ctx, writes, held)
 		}
 		cancel()
-		c.d.stats.finalizes.Add(1)
+		c.stats.finalizes.Add(1)
 		if err == nil || time.Now().After(giveUp) {
 			return held, err
 		}
-		c.d.hook.OnFinalize(FinalizeEvent{Rows: len(writes), Duration: time.Since(start), Err: err, Retrying: true})
-		c.d.log.Error("finalize failed; retrying", slog.Any("error", err), slog.Int("rows", len(writes)), slog.Int("try", attempt+1))
+		c.hook.OnFinalize(FinalizeEvent{Rows: len(writes), Duration: time.Since(start), Err: err, Retrying: true})
+		c.log.Error("finalize failed; retrying", slog.Any("error", err), slog.Int("rows", len(writes)), slog.Int("try", attempt+1))
 		time.Sleep(min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second))
 	}
 }
@@ -126,7 +134,7 @@ func (c *completer) confirmWritten(ctx context.Context, writes []store.RowWrite,
 	if len(unheld) == 0 {
 		return nil
 	}
-	written, err := c.d.store.FinalizeWritten(ctx, c.d.pool, unheld)
+	written, err := c.confirm(ctx, unheld)
 	if err != nil {
 		return err
 	}
@@ -134,28 +142,4 @@ func (c *completer) confirmWritten(ctx context.Context, writes []store.RowWrite,
 		held[i] = written[k]
 	}
 	return nil
-}
-
-// finalizeOnce runs one finalize statement. In failpoint builds with
-// "in-finalize" armed it runs inside an explicit transaction and hits the
-// failpoint before COMMIT, so the suite can crash a worker mid-finalize.
-func (c *completer) finalizeOnce(ctx context.Context, writes []store.RowWrite) ([]bool, error) {
-	d := c.d
-	if d.shards != nil {
-		return d.store.FinalizeShards(ctx, d.pool, d.cfg.Owner, writes)
-	}
-	if !failpoint.Enabled || !failpoint.Armed("in-finalize") {
-		return d.store.Finalize(ctx, d.pool, d.cfg.Owner, writes)
-	}
-	tx, err := d.pool.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	held, err := d.store.Finalize(ctx, tx, d.cfg.Owner, writes)
-	if err != nil {
-		return nil, err
-	}
-	failpoint.Hit("in-finalize")
-	return held, tx.Commit(ctx)
 }

@@ -72,7 +72,9 @@ type Config struct {
 	// lease version), so a publish may outlive the Lease, and a heartbeat
 	// that finds a lease lost cancels that publish. It must be at most a
 	// third of the Lease. Defaults to 0 (off): publishes must then end
-	// within half the lease.
+	// within half the lease. Under shard leases the shard renewal is the
+	// heartbeat: it always runs, every HeartbeatInterval or, when that is
+	// 0, every third of the Lease, so publishes may always outlive it.
 	HeartbeatInterval time.Duration
 
 	// Hook observes claims, finalizes and each message's outcome (for
@@ -112,7 +114,7 @@ type Config struct {
 	// [LeaseShards] (leases on whole shards of the table, which
 	// [Admin.EnableShards] sets up; each message is written once, when
 	// it is finalized). Shard leases deliver each aggregate in id order,
-	// as Ordered does, and do not support HeartbeatInterval yet.
+	// as Ordered does, whatever Ordered says.
 	// Defaults to LeaseRows. See docs/shard-leases.md.
 	LeaseMode LeaseMode
 
@@ -176,6 +178,9 @@ func (c *Config) WithDefaults() *Config {
 	def(&out.RetryCap, RetryCapDefault)
 	if out.Table == "" {
 		out.Table = TableDefault
+	}
+	if out.LeaseMode == LeaseShards {
+		out.Ordered = true // what the mode does, said where the config is read
 	}
 	if out.LeaseMode == "" {
 		out.LeaseMode = LeaseRows
@@ -265,7 +270,7 @@ func (c *Config) validate() *ConfigError {
 	case c.HeartbeatInterval > 0 && c.HeartbeatInterval*3 > c.Lease:
 		return conflict("HeartbeatInterval", "Lease", "(%[2]s) must be at most a third of %[1]s (%[3]s), so a lease is extended before it runs out",
 			c.HeartbeatInterval, c.Lease)
-	case c.HeartbeatInterval == 0 && c.PublishTimeout*2 > c.Lease:
+	case c.renewEvery() == 0 && c.PublishTimeout*2 > c.Lease:
 		return conflict("PublishTimeout", "Lease", "(%[2]s) must be at most half of %[1]s (%[3]s), so a publish ends while its lease still holds (or turn on heartbeats)",
 			c.PublishTimeout, c.Lease)
 	case c.FetchCooldown < 0:
@@ -288,15 +293,21 @@ func (c *Config) validate() *ConfigError {
 		return invalid("Owner", "must not be empty")
 	case c.LeaseMode != "" && c.LeaseMode != LeaseRows && c.LeaseMode != LeaseShards:
 		return invalid("LeaseMode", "must be %q or %q, got %q", LeaseRows, LeaseShards, c.LeaseMode)
-	case c.LeaseMode == LeaseShards && c.HeartbeatInterval > 0:
-		return conflict("HeartbeatInterval", "LeaseMode", "is not supported with %[1]s %[2]q yet", LeaseShards)
 	}
 	return nil
 }
 
-// inOrder reports whether each aggregate is delivered in id order, only
-// its head claimable: with Ordered, and always under shard leases.
-func (c *Config) inOrder() bool { return c.Ordered || c.LeaseMode == LeaseShards }
+// renewEvery is how often the leases of rows in flight are extended while
+// their publishes run: every HeartbeatInterval; under shard leases, whose
+// renewal always runs, a third of the lease when no interval is set; zero
+// (never) under row leases without heartbeats.
+func (c *Config) renewEvery() time.Duration {
+	if c.HeartbeatInterval == 0 && c.LeaseMode == LeaseShards {
+		return c.Lease / 3
+	}
+	return c.HeartbeatInterval
+}
+
 
 // DefaultOwner returns "host-pid-random", unique per process start.
 func DefaultOwner() string {

@@ -38,8 +38,6 @@ type Dispatcher struct {
 	stats   counters
 	breaker breaker
 	sizer   *claimSizer
-	// shards is set under LeaseShards, between the start and end of run.
-	shards *shardLeases
 
 	// runner runs the dispatcher between Start and Stop.
 	runner service.Runner
@@ -160,31 +158,31 @@ func (d *Dispatcher) run(ctx context.Context, drain bool) error {
 		d.store = d.store.Qualified(table.Schema)
 	}
 	channel := table.Channel()
-	if err := d.startLeaseMode(ctx); err != nil {
+	mode, err := d.newLeaseMode(ctx)
+	if err != nil {
 		return err
 	}
 	leases := newLeaseRegistry()
-	var stopListener, stopHeartbeat func()
+	var stopListener, stopKeeper func()
 	if !d.cfg.DisableNotify {
 		stopListener = startService(ctx, func(ctx context.Context) { d.listen(ctx, channel) })
 	}
-	if d.cfg.HeartbeatInterval > 0 {
-		// Heartbeats go on through shutdown, while in-flight publishes end.
-		h := &heartbeat{d: d, leases: leases}
-		stopHeartbeat = startService(context.WithoutCancel(ctx), h.run)
+	if keep := mode.keeper(ctx, leases); keep != nil {
+		// The leases are kept through shutdown, while in-flight
+		// publishes end.
+		stopKeeper = startService(context.WithoutCancel(ctx), keep)
 	}
 	d.log.InfoContext(ctx, "dispatcher started", slog.String("table", channel),
 		slog.Int("workers", d.cfg.Workers), slog.Int("batch_size", d.cfg.BatchSize),
-		slog.Duration("lease", d.cfg.Lease), slog.Bool("ordered", d.cfg.Ordered))
-	d.relay(ctx, drain, leases)
-	stopService(stopHeartbeat)
+		slog.Duration("lease", d.cfg.Lease), slog.Bool("ordered", d.cfg.Ordered),
+		slog.String("lease_mode", string(d.cfg.LeaseMode)))
+	d.relay(ctx, drain, mode, leases)
+	stopService(stopKeeper)
 	stopService(stopListener)
 	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if d.shards != nil {
-		if err := d.shards.releaseAll(cleanup); err != nil {
-			d.log.WarnContext(ctx, "could not release shards; they pass on when their leases end", slog.Any("error", err))
-		}
+	if err := mode.close(cleanup); err != nil {
+		d.log.WarnContext(ctx, "could not give back the leases; they pass on when they run out", slog.Any("error", err))
 	}
 	if err := d.store.Unwait(cleanup, d.pool, d.cfg.Owner); err != nil {
 		d.log.DebugContext(ctx, "could not clear waiter row", slog.Any("error", err))
@@ -198,7 +196,7 @@ func (d *Dispatcher) run(ctx context.Context, drain bool) error {
 // the completer writes them. On the way out each stage finishes what it
 // holds: queued claims are released, in-flight publishes end, every verdict
 // is written.
-func (d *Dispatcher) relay(ctx context.Context, drain bool, leases *leaseRegistry) {
+func (d *Dispatcher) relay(ctx context.Context, drain bool, mode leaseMode, leases *leaseRegistry) {
 	size := 2*d.cfg.BatchSize + d.cfg.Workers
 	capacity := newSlots(size)
 	claims := make(chan *claimed, size)
@@ -209,14 +207,14 @@ func (d *Dispatcher) relay(ctx context.Context, drain bool, leases *leaseRegistr
 	for range d.cfg.Workers {
 		workers.Go(func() { w.run(ctx, claims, verdicts) })
 	}
-	c := newCompleter(d, capacity, leases, size)
+	c := newCompleter(d, mode, capacity, leases, size)
 	completed := make(chan struct{})
 	go func() {
 		defer close(completed)
 		c.run(verdicts)
 	}()
 
-	f := &fetcher{d: d, drain: drain, slots: capacity, leases: leases, out: claims}
+	f := &fetcher{d: d, mode: mode, drain: drain, slots: capacity, leases: leases, out: claims}
 	f.run(ctx)
 
 	close(claims)

@@ -37,20 +37,17 @@ func (c *claimed) dbTime() time.Time { return c.dbNow.Add(time.Since(c.claimedAt
 // backoff.
 type fetcher struct {
 	d      *Dispatcher
+	mode   leaseMode
 	drain  bool // return once nothing is left to deliver
 	slots  *slots
 	leases *leaseRegistry
 	out    chan<- *claimed
 
-	buf        []store.Row
 	waiting    bool // our waiter row is registered
 	clearWait  bool // clear it with the next claim
 	errBackoff time.Duration
 	// registeredAt is when the waiter row was last registered.
 	registeredAt time.Time
-	// cursor is where the ordered claim's sweep over aggregates resumes
-	// (nil: at the first aggregate).
-	cursor *string
 	cool   cooldown
 	poll   *time.Timer
 }
@@ -116,21 +113,7 @@ func (f *fetcher) claim(ctx context.Context, batch int) ([]store.Row, time.Time,
 	start := time.Now()
 	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	params := store.ClaimParams{
-		Owner: d.cfg.Owner, Batch: batch, Lease: d.cfg.Lease, MaxAttempts: d.cfg.MaxAttempts,
-		ClearWait: f.clearWait, Cursor: f.cursor,
-	}
-	var rows []store.Row
-	var dbNow time.Time
-	var err error
-	switch {
-	case d.shards != nil:
-		rows, dbNow, err = d.shards.claim(claimCtx, batch, f.clearWait)
-	case d.cfg.Ordered:
-		rows, dbNow, f.cursor, err = d.store.ClaimOrdered(claimCtx, d.pool, params, f.buf)
-	default:
-		rows, dbNow, err = d.store.Claim(claimCtx, d.pool, params, f.buf)
-	}
+	rows, dbNow, err := f.mode.claim(claimCtx, batch, f.clearWait)
 	if err == nil {
 		f.cool.claimed(time.Since(start), len(rows), f.clearWait)
 	}
@@ -165,11 +148,10 @@ func (f *fetcher) emit(rows []store.Row, start, dbNow time.Time) {
 		}
 		leases[i] = claims[i].lease()
 	}
-	f.leases.add(leases, start.Add(d.cfg.Lease-d.cfg.Lease/10))
+	f.leases.add(leases, f.mode.deadline(start))
 	for i := range claims {
 		f.out <- &claims[i]
 	}
-	f.buf = rows[:0]
 }
 
 // claimFailed backs off after a failed claim; database errors are never
@@ -191,7 +173,7 @@ func (f *fetcher) idle(ctx context.Context) bool {
 		if f.slots.inUse() > 0 {
 			return f.sleep(ctx, f.slots.released(), d.cfg.PollInterval)
 		}
-		more, err := d.store.Undelivered(ctx, d.pool, d.cfg.inOrder())
+		more, err := f.mode.undelivered(ctx)
 		if err == nil && !more {
 			return false
 		}
@@ -263,7 +245,7 @@ func (f *fetcher) gate() (batch int, wait time.Duration, extra <-chan struct{}) 
 // and no producer notifies about that, so the completer's give-back wakes
 // the fetcher; otherwise nothing (a finalize frees no row).
 func (f *fetcher) headFreed() <-chan struct{} {
-	if f.d.cfg.inOrder() {
+	if f.mode.ordered() {
 		return f.slots.released()
 	}
 	return nil

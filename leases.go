@@ -90,6 +90,36 @@ func (r *leaseRegistry) lastDeadline(leases []store.Lease) time.Time {
 	return last
 }
 
+// renew moves to deadline the deadline of every lease keep accepts, and
+// returns how many it moved and the leases keep refused.
+func (r *leaseRegistry) renew(deadline time.Time, keep func(store.Lease) bool) (kept int, lost []store.Lease) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for l, s := range r.m {
+		if keep(l) {
+			s.deadline = deadline
+			kept++
+		} else {
+			lost = append(lost, l)
+		}
+	}
+	return kept, lost
+}
+
+// overdue returns the leases being published past their deadline.
+func (r *leaseRegistry) overdue() []store.Lease {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []store.Lease
+	now := time.Now()
+	for l, s := range r.m {
+		if s.phase == phasePublishing && !s.deadline.After(now) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // begin records that l's publish starts now; cancel ends it.
 func (r *leaseRegistry) begin(l store.Lease, cancel context.CancelCauseFunc) {
 	r.mu.Lock()

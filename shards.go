@@ -34,20 +34,16 @@ func newShardLeases(d *Dispatcher, count int) *shardLeases {
 	return &shardLeases{d: d, count: count, held: map[int]int64{}, struck: map[int]int64{}, inFlight: map[int64]int{}}
 }
 
-// claim renews and balances the leases when due, then reads the heads of
-// the held shards: up to batch rows, one per struck shard with nothing in
-// flight. clearWait drops the dispatcher's waiter row first, as a row
-// claim does in its statement: it just woke up, and producers must stop
-// notifying it until it is idle again. The read that follows sees every
-// commit the cleared row would have notified.
+// claim reads the heads of the held shards: up to batch rows, one per
+// struck shard with nothing in flight. clearWait drops the dispatcher's
+// waiter row first, as a row claim does in its statement. The read that
+// follows sees every commit the cleared row would have notified. The
+// leases themselves are kept by the keeper, on its own schedule.
 func (s *shardLeases) claim(ctx context.Context, batch int, clearWait bool) ([]store.Row, time.Time, error) {
 	if clearWait {
 		if err := s.d.store.Unwait(ctx, s.d.pool, s.d.cfg.Owner); err != nil {
 			return nil, time.Time{}, err
 		}
-	}
-	if err := s.maintain(ctx); err != nil {
-		return nil, time.Time{}, err
 	}
 	plain, struck, exclude := s.readPlan()
 	var rows []store.Row
@@ -70,6 +66,26 @@ func (s *shardLeases) claim(ctx context.Context, batch int, clearWait bool) ([]s
 		rows = rows[:batch]
 	}
 	return s.lease(rows), now, nil
+}
+
+// deadline is when rows read now stop being trusted: the shard leases
+// were last extended by the renewal sent at renewedAt.
+func (s *shardLeases) deadline(time.Time) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.renewedAt.Add(s.d.cfg.Lease - s.d.cfg.Lease/10)
+}
+
+func (s *shardLeases) finalize(ctx context.Context, writes []store.RowWrite) ([]bool, error) {
+	return s.d.store.FinalizeShards(ctx, s.d.pool, s.d.cfg.Owner, writes)
+}
+
+func (s *shardLeases) ordered() bool { return true }
+
+// undelivered does not count rows blocked behind a dead head: the shard
+// read never reads them.
+func (s *shardLeases) undelivered(ctx context.Context) (bool, error) {
+	return s.d.store.Undelivered(ctx, s.d.pool, true)
 }
 
 // readPlan splits the held shards into those read normally and the
@@ -137,41 +153,63 @@ func (s *shardLeases) settled(writes []store.RowWrite) {
 	}
 }
 
-// maintain renews the leases every third of a lease, and takes or gives
-// back shards towards ceil(shards / dispatchers alive).
-func (s *shardLeases) maintain(ctx context.Context) error {
-	d := s.d
+// maintain renews the leases when due and, unless the run is stopping,
+// takes or gives back shards towards ceil(shards / dispatchers alive).
+// renewed reports a renewal (the leases then count from its start), gained
+// that shards were taken.
+func (s *shardLeases) maintain(ctx context.Context, balance bool) (renewed, gained bool, err error) {
 	due, err := s.due(ctx)
 	if err != nil || !due {
-		return err
+		return false, false, err
 	}
+	share, err := s.renew(ctx)
+	if err != nil || !balance {
+		return err == nil, false, err
+	}
+	gained, err = s.balance(ctx, share)
+	return true, gained, err
+}
+
+// renew extends the leases held and returns this dispatcher's share.
+func (s *shardLeases) renew(ctx context.Context) (share int, err error) {
+	d := s.d
+	start := time.Now()
 	held, alive, err := d.store.RenewShards(ctx, d.pool, d.cfg.Owner, d.cfg.Lease)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	share := (s.count + alive - 1) / alive
 	s.mu.Lock()
-	s.renewedAt = time.Now()
+	defer s.mu.Unlock()
+	s.renewedAt = start
 	s.held = map[int]int64{}
 	for _, l := range held {
 		s.held[l.Shard] = l.Token
 	}
+	return (s.count + alive - 1) / alive, nil
+}
+
+// balance gives back the shards beyond share or takes free ones up to it,
+// then requeues what row leases left in the shards held.
+func (s *shardLeases) balance(ctx context.Context, share int) (gained bool, err error) {
+	s.mu.Lock()
 	extra := s.extras(share)
 	want := share - len(s.held)
 	s.mu.Unlock()
 	if len(extra) > 0 {
-		return s.release(ctx, extra)
+		return false, s.release(ctx, extra)
 	}
 	if want > 0 {
-		if err := s.acquire(ctx, want); err != nil {
-			return err
+		n, err := s.acquire(ctx, want)
+		if err != nil {
+			return n > 0, err
 		}
+		gained = n > 0
 	}
-	return s.requeue(ctx)
+	return gained, s.requeue(ctx)
 }
 
 // due reports whether the leases are to be renewed and balanced now: a
-// third of a lease since the last renewal, or, for a dispatcher holding
+// renewal interval since the last renewal, or, for a dispatcher holding
 // fewer than every shard, a poll interval since it last looked and shards
 // free (a dispatcher that stopped released its shards and left).
 func (s *shardLeases) due(ctx context.Context) (bool, error) {
@@ -180,7 +218,7 @@ func (s *shardLeases) due(ctx context.Context) (bool, error) {
 	s.mu.Unlock()
 	poll := s.d.cfg.PollInterval
 	switch {
-	case renewed >= s.d.cfg.Lease/3 || held == 0 && renewed >= poll:
+	case renewed >= s.d.cfg.renewEvery() || held == 0 && renewed >= poll:
 		return true, nil
 	case held == s.count || looked < poll || renewed < poll:
 		return false, nil
@@ -218,11 +256,12 @@ func (s *shardLeases) extras(share int) []store.ShardLease {
 	return out
 }
 
-func (s *shardLeases) acquire(ctx context.Context, n int) error {
+// acquire takes up to n free shards and returns how many it took.
+func (s *shardLeases) acquire(ctx context.Context, n int) (int, error) {
 	d := s.d
 	got, err := d.store.AcquireShards(ctx, d.pool, d.cfg.Owner, d.cfg.Lease, n)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for _, a := range got {
 		s.mu.Lock()
@@ -233,7 +272,7 @@ func (s *shardLeases) acquire(ctx context.Context, n int) error {
 		}
 		if a.Strikes >= d.cfg.MaxAttempts {
 			if err := s.bury(ctx, a); err != nil {
-				return err
+				return len(got), err
 			}
 			continue
 		}
@@ -243,7 +282,7 @@ func (s *shardLeases) acquire(ctx context.Context, n int) error {
 		d.log.WarnContext(ctx, "took over a shard whose owner died with this message oldest: delivering it alone",
 			slog.Int("shard", a.Shard), slog.Int64("outbox_id", *a.StrikeID), slog.Int("strikes", a.Strikes))
 	}
-	return nil
+	return len(got), nil
 }
 
 // bury writes dead a shard's head that was oldest each time an owner died
@@ -286,7 +325,7 @@ func (s *shardLeases) release(ctx context.Context, leases []store.ShardLease) er
 // releaseAll gives every held shard back and leaves the members, at
 // shutdown once every verdict is written, so the others take the shards at
 // once (their share grows) and strike nothing.
-func (s *shardLeases) releaseAll(ctx context.Context) error {
+func (s *shardLeases) close(ctx context.Context) error {
 	s.mu.Lock()
 	leases := make([]store.ShardLease, 0, len(s.held))
 	for shard, token := range s.held {
@@ -299,24 +338,4 @@ func (s *shardLeases) releaseAll(ctx context.Context) error {
 		}
 	}
 	return s.d.store.LeaveShards(ctx, s.d.pool, s.d.cfg.Owner)
-}
-
-// startLeaseMode sets up shard leases for a dispatcher in that mode; in
-// row mode it warns when the table has shards, since dispatchers of the
-// two modes on one table deliver the same messages.
-func (d *Dispatcher) startLeaseMode(ctx context.Context) error {
-	n, err := d.store.ShardCount(ctx, d.pool)
-	if err != nil {
-		return fmt.Errorf("outbox: %w", err)
-	}
-	switch {
-	case d.cfg.LeaseMode == LeaseShards && n == 0:
-		return fmt.Errorf("outbox: table %s has no shards: enable them first (Admin.EnableShards, outboxd migrate --shards N)", d.store.Table)
-	case d.cfg.LeaseMode == LeaseShards:
-		d.shards = newShardLeases(d, n)
-	case n > 0:
-		d.log.WarnContext(ctx, "the table has shards but this dispatcher uses row leases: with shard-lease dispatchers on the same table, messages are delivered twice",
-			slog.Int("shards", n))
-	}
-	return nil
 }

@@ -57,7 +57,7 @@ func (w *worker) process(ctx context.Context, c *claimed) verdict {
 		return release(c, "released unpublished: lease too close to expiry")
 	}
 	timeout, capped := d.cfg.PublishTimeout, false
-	if d.cfg.HeartbeatInterval == 0 && remaining < timeout {
+	if d.cfg.renewEvery() == 0 && remaining < timeout {
 		// Without heartbeats the lease cannot grow: the publish must end
 		// inside it.
 		timeout, capped = remaining, true
@@ -100,10 +100,10 @@ func (w *worker) publishTimed(ctx context.Context, c *claimed, timeout time.Dura
 // start. Without heartbeats the publish must end inside the lease: a
 // quarter of the lease, or PublishTimeout if shorter, gives a healthy sink
 // a fair try. With heartbeats the lease must last until the next beat
-// extends it: one HeartbeatInterval (at most a third of the lease).
+// extends it: one renewal interval (at most a third of the lease).
 func (d *Dispatcher) startWindow() time.Duration {
-	if d.cfg.HeartbeatInterval > 0 {
-		return d.cfg.HeartbeatInterval
+	if every := d.cfg.renewEvery(); every > 0 {
+		return every
 	}
 	return min(d.cfg.PublishTimeout, d.cfg.Lease/4)
 }

@@ -1,0 +1,82 @@
+package outbox
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/outboxd/outbox/internal/store"
+)
+
+// keeper renews the shard leases on their own schedule, whatever the
+// fetcher does: a dispatcher whose workers are all busy with slow publishes
+// claims nothing for a while, and must keep its shards all the same. After
+// each renewal the rows in flight are trusted until the new lease's end,
+// queued ones included (the shard, not the row, is what is leased); those
+// of a shard that was lost have their publishes cancelled. run is the
+// dispatcher's run: once it is stopping, the keeper renews but no longer
+// takes shards.
+func (s *shardLeases) keeper(run context.Context, leases *leaseRegistry) func(context.Context) {
+	return func(ctx context.Context) {
+		t := time.NewTimer(0)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			s.keep(ctx, run.Err() == nil, leases)
+			t.Reset(s.tick())
+		}
+	}
+}
+
+// tick is how often the keeper looks: often enough to renew on time and
+// to notice free shards within a poll interval.
+func (s *shardLeases) tick() time.Duration {
+	return max(min(s.d.cfg.PollInterval, s.d.cfg.renewEvery()/4), time.Millisecond)
+}
+
+// keep runs one turn of the keeper.
+func (s *shardLeases) keep(ctx context.Context, balance bool, leases *leaseRegistry) {
+	d := s.d
+	start := time.Now()
+	renewed, gained, err := s.maintain(ctx, balance)
+	if gained {
+		// Rows of the new shards are waiting: read them now, not at
+		// the next poll.
+		select {
+		case d.wake <- struct{}{}:
+		default:
+		}
+	}
+	if err != nil {
+		d.log.WarnContext(ctx, "shard renewal failed; publishes past their lease will be cancelled", slog.Any("error", err))
+		for _, l := range leases.overdue() {
+			leases.cancel(l, ErrLeaseLost)
+		}
+	}
+	if !renewed {
+		return
+	}
+	kept, lost := leases.renew(s.deadline(start), s.holds)
+	for _, l := range lost {
+		if leases.publishing(l) {
+			leases.cancel(l, ErrLeaseLost)
+			d.log.Warn("shard lease lost during publish; cancelling it",
+				slog.Int64("outbox_id", l.ID), slog.Int64("lease_version", l.Version))
+		}
+	}
+	d.stats.heartbeats.Add(1)
+	d.hook.OnHeartbeat(HeartbeatEvent{Rows: kept, LeaseLost: len(lost), Duration: time.Since(start), Err: err})
+}
+
+// holds reports whether the lease of a row in flight still holds: its
+// shard is held under the token it was read with.
+func (s *shardLeases) holds(l store.Lease) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	shard, ok := s.inFlight[l.ID]
+	return ok && s.held[shard] == l.Version
+}
