@@ -399,3 +399,47 @@ func TestShardLeasesWakeClearsWaiter(t *testing.T) {
 		require.FailNow(t, "no claim after the wake-up")
 	}
 }
+
+// A sink slower than the lease: the shard renewal runs on its own schedule
+// while every worker is busy, so the dispatcher keeps its shards and a
+// second dispatcher, idle beside it, takes nothing over: every message is
+// delivered once.
+func TestShardLeasesSlowSinkKeepsItsShards(t *testing.T) {
+	t.Parallel()
+	b := shardBundle(t, 1)
+	ids := b.enqueueN(t, 3, "a")
+	lease := 300 * time.Millisecond
+	slow := newRecorder(func(ctx context.Context, _ *outbox.Message) error {
+		select {
+		case <-time.After(2 * lease):
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	})
+	cfg := outbox.Config{Lease: lease, PublishTimeout: 10 * lease, Workers: 1, BatchSize: 1}
+	start(t, b.dispatcher(t, slow.Sink(), shardConfig(cfg)))
+	eventually(t, func() bool { return slow.Len() == 1 }, "the slow dispatcher started publishing")
+	idle := newRecorder(nil)
+	start(t, b.dispatcher(t, idle.Sink(), shardConfig(cfg)))
+
+	require.Eventually(t, func() bool { return b.countStatus(t, "done") == len(ids) }, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, each(ids, 1), publishCounts(slow, idle), "each message delivered once")
+	require.Zero(t, idle.Len(), "the shard stayed with the slow dispatcher")
+	for _, id := range ids {
+		require.Equal(t, 1, b.row(t, id).Attempts, "no delivery was lost to an expired lease")
+	}
+}
+
+// Heartbeats are accepted under shard leases, and publishes may then
+// outlive the lease (the shard renewal is the heartbeat).
+func TestShardLeasesAcceptHeartbeats(t *testing.T) {
+	t.Parallel()
+	c := shardConfig(outbox.Config{Lease: time.Second, HeartbeatInterval: 200 * time.Millisecond, PublishTimeout: 5 * time.Second})
+	require.NoError(t, c.WithDefaults().Validate())
+	c = shardConfig(outbox.Config{Lease: time.Second, PublishTimeout: 5 * time.Second})
+	require.NoError(t, c.WithDefaults().Validate(), "the renewal runs without a heartbeat interval too")
+	require.True(t, c.WithDefaults().Ordered, "shard leases deliver in order, and the config says so")
+	row := outbox.Config{Lease: time.Second, PublishTimeout: 5 * time.Second}
+	require.Error(t, row.WithDefaults().Validate(), "row leases without heartbeats still bound the publish")
+}
