@@ -308,7 +308,6 @@ func (c *Config) renewEvery() time.Duration {
 	return c.HeartbeatInterval
 }
 
-
 // DefaultOwner returns "host-pid-random", unique per process start.
 func DefaultOwner() string {
 	host, err := os.Hostname()

@@ -48,8 +48,8 @@ type fetcher struct {
 	errBackoff time.Duration
 	// registeredAt is when the waiter row was last registered.
 	registeredAt time.Time
-	cool   cooldown
-	poll   *time.Timer
+	cool         cooldown
+	poll         *time.Timer
 }
 
 // run claims until ctx is done, or in drain mode until nothing is left.
