@@ -66,6 +66,12 @@ func (d *Dispatcher) newLeaseMode(ctx context.Context) (leaseMode, error) {
 	case d.cfg.LeaseMode == LeaseShards && n == 0:
 		return nil, fmt.Errorf("outbox: table %s has no shards: enable them first (Admin.EnableShards, outboxd migrate --shards N)", d.store.Table)
 	case d.cfg.LeaseMode == LeaseShards:
+		switch ok, err := d.store.ShardsCurrent(ctx, d.pool); {
+		case err != nil:
+			return nil, fmt.Errorf("outbox: %w", err)
+		case !ok:
+			return nil, fmt.Errorf("outbox: table %s's shards were set up by an earlier version: run outboxd migrate (Admin.Migrate) first", d.store.Table)
+		}
 		return newShardLeases(d, n), nil
 	case n > 0:
 		d.log.WarnContext(ctx, "the table has shards but this dispatcher uses row leases: with shard-lease dispatchers on the same table, messages are delivered twice",

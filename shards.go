@@ -15,15 +15,18 @@ import (
 // shardLeases is the fetcher's and completer's side of [LeaseShards]: the
 // shards this dispatcher holds and their tokens, its fair share, the ids
 // in flight (pending in the table, so they must not be read again), and
-// the shards taken over with strikes, which are delivered one message at a
-// time until their head changes (docs/shard-leases.md).
+// the shards taken over from an owner that died, which are delivered one
+// message at a time, each declared before it goes out, up to the last
+// message that owner can have had in flight (docs/shard-leases.md).
 type shardLeases struct {
 	d     *Dispatcher
 	count int // the table's shards
 
-	mu        sync.Mutex
-	held      map[int]int64 // shard → token
-	struck    map[int]int64 // shard → the head its strikes are against
+	mu   sync.Mutex
+	held map[int]int64 // shard → token
+	// isolated maps each shard delivered one message at a time to the id
+	// up to which it is.
+	isolated  map[int]int64
 	inFlight  map[int64]int // id → shard
 	renewedAt time.Time
 	// lookedAt is when the free shards were last counted, between renewals.
@@ -31,41 +34,90 @@ type shardLeases struct {
 }
 
 func newShardLeases(d *Dispatcher, count int) *shardLeases {
-	return &shardLeases{d: d, count: count, held: map[int]int64{}, struck: map[int]int64{}, inFlight: map[int64]int{}}
+	return &shardLeases{d: d, count: count, held: map[int]int64{}, isolated: map[int]int64{}, inFlight: map[int64]int{}}
 }
 
-// claim reads the heads of the held shards: up to batch rows, one per
-// struck shard with nothing in flight. clearWait drops the dispatcher's
-// waiter row first, as a row claim does in its statement. The read that
-// follows sees every commit the cleared row would have notified. The
-// leases themselves are kept by the keeper, on its own schedule.
+// claim reads the heads of the held shards: one per isolated shard with
+// nothing in flight, declared before it is handed over, then up to batch
+// rows of the others. clearWait drops the dispatcher's waiter row first,
+// as a row claim does in its statement; the read that follows sees every
+// commit the cleared row would have notified. The leases themselves are
+// kept by the keeper, on its own schedule.
 func (s *shardLeases) claim(ctx context.Context, batch int, clearWait bool) ([]store.Row, time.Time, error) {
 	if clearWait {
 		if err := s.d.store.Unwait(ctx, s.d.pool, s.d.cfg.Owner); err != nil {
 			return nil, time.Time{}, err
 		}
 	}
-	plain, struck, exclude := s.readPlan()
+	plain, isolated, exclude := s.readPlan()
 	var rows []store.Row
 	var now time.Time
-	if len(plain) > 0 {
-		got, at, err := s.d.store.ReadShards(ctx, s.d.pool, plain, exclude, (batch+len(plain)-1)/len(plain))
+	if len(isolated) > 0 {
+		got, at, err := s.d.store.ReadShards(ctx, s.d.pool, isolated, exclude, 1)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
-		rows, now = got, at
+		if rows, err = s.isolate(ctx, isolated, got, batch); err != nil {
+			return nil, time.Time{}, err
+		}
+		now = at
 	}
-	if len(struck) > 0 {
-		got, at, err := s.d.store.ReadShards(ctx, s.d.pool, struck, exclude, 1)
+	if room := batch - len(rows); room > 0 && len(plain) > 0 {
+		got, at, err := s.d.store.ReadShards(ctx, s.d.pool, plain, exclude, (room+len(plain)-1)/len(plain))
 		if err != nil {
 			return nil, time.Time{}, err
 		}
-		rows, now = append(rows, got...), at
-	}
-	if len(rows) > batch {
-		rows = rows[:batch]
+		rows, now = append(rows, got[:min(len(got), room)]...), at
 	}
 	return s.lease(rows), now, nil
+}
+
+// isolate writes, before any of them goes out, the declaration of each
+// message an isolated shard is to deliver alone, and ends the isolation of
+// shards whose next message lies beyond it (or that have none due): a
+// message past isolate_through cannot have been in flight when the owner
+// died. It returns the rows to deliver, at most batch, all of shards still
+// held.
+func (s *shardLeases) isolate(ctx context.Context, shards []int, read []store.Row, batch int) ([]store.Row, error) {
+	byShard := make(map[int]store.Row, len(read))
+	for _, r := range read {
+		byShard[r.Shard] = r
+	}
+	var writes []store.Isolation
+	var rows []store.Row
+	ended := map[int]bool{}
+	s.mu.Lock()
+	for _, shard := range shards {
+		r, ok := byShard[shard]
+		l := store.ShardLease{Shard: shard, Token: s.held[shard]}
+		switch {
+		case !ok || r.ID > s.isolated[shard]:
+			writes, ended[shard] = append(writes, store.Isolation{ShardLease: l}), true
+			if ok && len(rows) < batch {
+				rows = append(rows, r)
+			}
+		case len(rows) < batch:
+			writes, rows = append(writes, store.Isolation{ShardLease: l, ID: &r.ID}), append(rows, r)
+		}
+	}
+	s.mu.Unlock()
+	if len(writes) == 0 {
+		return nil, nil
+	}
+	written, err := s.d.store.Isolate(ctx, s.d.pool, s.d.cfg.Owner, writes)
+	if err != nil {
+		return nil, err
+	}
+	kept := map[int]bool{}
+	s.mu.Lock()
+	for _, shard := range written {
+		kept[shard] = true
+		if ended[shard] {
+			delete(s.isolated, shard)
+		}
+	}
+	s.mu.Unlock()
+	return slices.DeleteFunc(rows, func(r store.Row) bool { return !kept[r.Shard] }), nil
 }
 
 // deadline is when rows read now stop being trusted: the shard leases
@@ -89,9 +141,9 @@ func (s *shardLeases) undelivered(ctx context.Context) (bool, error) {
 }
 
 // readPlan splits the held shards into those read normally and the
-// struck ones free to deliver their next message, and lists the ids in
+// isolated ones free to deliver their next message, and lists the ids in
 // flight.
-func (s *shardLeases) readPlan() (plain, struck []int, exclude []int64) {
+func (s *shardLeases) readPlan() (plain, isolated []int, exclude []int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id := range s.inFlight {
@@ -99,13 +151,13 @@ func (s *shardLeases) readPlan() (plain, struck []int, exclude []int64) {
 	}
 	busy := s.busyLocked()
 	for _, shard := range s.heldLocked() {
-		if _, ok := s.struck[shard]; !ok {
+		if _, ok := s.isolated[shard]; !ok {
 			plain = append(plain, shard)
 		} else if !busy[shard] {
-			struck = append(struck, shard)
+			isolated = append(isolated, shard)
 		}
 	}
-	return plain, struck, exclude
+	return plain, isolated, exclude
 }
 
 // busyLocked is the set of shards with a message in flight; s.mu is held.
@@ -128,7 +180,6 @@ func (s *shardLeases) heldLocked() []int {
 }
 
 // lease stamps each row with its shard's token and records it in flight.
-// A struck shard whose head changed is delivered normally again.
 func (s *shardLeases) lease(rows []store.Row) []store.Row {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -136,9 +187,6 @@ func (s *shardLeases) lease(rows []store.Row) []store.Row {
 		r := &rows[i]
 		r.LeaseVersion = s.held[r.Shard]
 		s.inFlight[r.ID] = r.Shard
-		if head, ok := s.struck[r.Shard]; ok && head != r.ID {
-			delete(s.struck, r.Shard)
-		}
 	}
 	return rows
 }
@@ -184,6 +232,11 @@ func (s *shardLeases) renew(ctx context.Context) (share int, err error) {
 	s.held = map[int]int64{}
 	for _, l := range held {
 		s.held[l.Shard] = l.Token
+	}
+	for shard := range s.isolated {
+		if _, ok := s.held[shard]; !ok {
+			delete(s.isolated, shard) // lost: the new owner isolates it
+		}
 	}
 	return (s.count + alive - 1) / alive, nil
 }
@@ -256,39 +309,48 @@ func (s *shardLeases) extras(share int) []store.ShardLease {
 	return out
 }
 
-// acquire takes up to n free shards and returns how many it took.
+// acquire takes up to n free shards and returns how many it took. A
+// shard taken from an owner that died is isolated; the message that owner
+// declared it was delivering alone was charged the crash, and goes dead
+// once that uses up its attempts.
 func (s *shardLeases) acquire(ctx context.Context, n int) (int, error) {
 	d := s.d
-	got, err := d.store.AcquireShards(ctx, d.pool, d.cfg.Owner, d.cfg.Lease, n)
+	window := 2*d.cfg.BatchSize + d.cfg.Workers // what one dispatcher may hold in flight
+	got, err := d.store.AcquireShards(ctx, d.pool, d.cfg.Owner, d.cfg.Lease, n, window)
 	if err != nil {
 		return 0, err
 	}
 	for _, a := range got {
 		s.mu.Lock()
 		s.held[a.Shard] = a.Token
+		if a.IsolateThrough != nil {
+			s.isolated[a.Shard] = *a.IsolateThrough
+		}
 		s.mu.Unlock()
-		if a.Strikes == 0 || a.StrikeID == nil {
+		if a.IsolateThrough != nil && a.Attempts == nil {
+			d.log.InfoContext(ctx, "took over a shard whose owner did not release it: delivering its first messages one at a time",
+				slog.Int("shard", a.Shard), slog.Int64("through_id", *a.IsolateThrough))
+		}
+		if a.Attempts == nil {
 			continue
 		}
-		if a.Strikes >= d.cfg.MaxAttempts {
+		if *a.Attempts >= d.cfg.MaxAttempts {
 			if err := s.bury(ctx, a); err != nil {
 				return len(got), err
 			}
 			continue
 		}
-		s.mu.Lock()
-		s.struck[a.Shard] = *a.StrikeID
-		s.mu.Unlock()
-		d.log.WarnContext(ctx, "took over a shard whose owner died with this message oldest: delivering it alone",
-			slog.Int("shard", a.Shard), slog.Int64("outbox_id", *a.StrikeID), slog.Int("strikes", a.Strikes))
+		d.log.WarnContext(ctx, "took over a shard whose owner died delivering this message alone: the crash counts as an attempt",
+			slog.Int("shard", a.Shard), slog.Int64("outbox_id", *a.StrikeID), slog.Int("strikes", a.Strikes),
+			slog.Int("attempts", *a.Attempts))
 	}
 	return len(got), nil
 }
 
-// bury writes dead a shard's head that was oldest each time an owner died
-// MaxAttempts times in a row.
+// bury writes dead the message whose owners died delivering it alone until
+// it had no attempt left.
 func (s *shardLeases) bury(ctx context.Context, a store.AcquiredShard) error {
-	msg := fmt.Sprintf("dispatcher died %d times delivering this message", a.Strikes)
+	msg := fmt.Sprintf("lease expired after max attempts: dispatcher died %d times delivering this message alone", a.Strikes)
 	_, err := s.d.store.FinalizeShards(ctx, s.d.pool, s.d.cfg.Owner, []store.RowWrite{{
 		ID: *a.StrikeID, Shard: a.Shard, LeaseVersion: a.Token, Status: store.StatusDead, Error: msg, Refund: true,
 	}})
@@ -316,13 +378,13 @@ func (s *shardLeases) release(ctx context.Context, leases []store.ShardLease) er
 	s.mu.Lock()
 	for _, l := range leases {
 		delete(s.held, l.Shard)
-		delete(s.struck, l.Shard)
+		delete(s.isolated, l.Shard)
 	}
 	s.mu.Unlock()
 	return err
 }
 
-// releaseAll gives every held shard back and leaves the members, at
+// close gives every held shard back and leaves the members, at
 // shutdown once every verdict is written, so the others take the shards at
 // once (their share grows) and strike nothing.
 func (s *shardLeases) close(ctx context.Context) error {

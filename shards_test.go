@@ -145,9 +145,11 @@ func TestShardLeasesTakeoverFencesTheStalledDispatcher(t *testing.T) {
 	require.Zero(t, stalled.Stats().Done)
 }
 
-// A message that kills every dispatcher delivering it goes dead after
-// MaxAttempts deaths; the healthy messages of its shard are delivered, and
-// none of them takes a strike.
+// A message that kills every dispatcher delivering it goes dead: the first
+// death, in normal delivery, charges nobody and isolates the shard; each
+// later one, with the message declared alone in flight, costs it an
+// attempt, shown to the next delivery. The healthy messages of its shard
+// are delivered, and none of them is charged.
 func TestShardLeasesPoisonGoesDead(t *testing.T) {
 	t.Parallel()
 	b := shardBundle(t, 1)
@@ -168,9 +170,16 @@ func TestShardLeasesPoisonGoesDead(t *testing.T) {
 		return errors.New("never returned")
 	})
 	settled := &settleHook{} // every dispatcher's: any of them may bury the poison
+	var attempts []int
+	attemptOf := outbox.SinkFunc(func(ctx context.Context, m *outbox.Message) error {
+		if m.ID == poison {
+			attempts = append(attempts, m.Attempt) // one publish at a time: each before its death
+		}
+		return sink(ctx, m)
+	})
 	cfg := shardConfig(outbox.Config{Lease: 30 * time.Second, MaxAttempts: 3, Hook: settled})
-	for range cfg.MaxAttempts {
-		start(t, b.dispatcher(t, sink, cfg))
+	for range cfg.MaxAttempts + 1 {
+		start(t, b.dispatcher(t, attemptOf, cfg))
 		select {
 		case <-reached:
 		case <-time.After(10 * time.Second):
@@ -182,10 +191,11 @@ func TestShardLeasesPoisonGoesDead(t *testing.T) {
 	}
 	t.Cleanup(func() { close(hang) })
 
-	drain(t, b.dispatcher(t, sink, cfg))
+	drain(t, b.dispatcher(t, attemptOf, cfg))
 	r := b.row(t, poison)
 	require.Equal(t, "dead", r.Status)
 	require.Contains(t, *r.LastError, "died 3 times")
+	require.Equal(t, []int{1, 1, 2, 3}, attempts, "each death while alone in flight counts as an attempt")
 	// Settled like any other outcome: the hook (and so the metrics) see it.
 	ev, ok := settled.of(poison)
 	require.True(t, ok, "the buried message reached OnSettle")
@@ -194,7 +204,59 @@ func TestShardLeasesPoisonGoesDead(t *testing.T) {
 	require.ErrorContains(t, ev.Err, "died 3 times")
 	for _, id := range append(before, after...) {
 		require.Equal(t, "done", b.row(t, id).Status)
+		require.Equal(t, 1, b.row(t, id).Attempts, "no healthy message was charged")
 	}
+}
+
+// A crash is charged to the message in flight, never to another: here a
+// healthy message with a lower id in the poison's shard waits out a retry
+// backoff (pending, the shard's oldest, but not in flight) while the poison
+// kills dispatcher after dispatcher. The poison goes dead; the healthy one
+// is delivered once its backoff ends, uncharged.
+func TestShardLeasesCrashChargesOnlyTheMessageInFlight(t *testing.T) {
+	t.Parallel()
+	b := shardBundle(t, 1)
+	healthy := b.enqueueN(t, 1, "h")[0]
+	poison := b.enqueueN(t, 1, "p")[0]
+	failedOnce := make(chan struct{})
+	reached := make(chan struct{}, 10)
+	hang := make(chan struct{})
+	var once sync.Once
+	sink := outbox.SinkFunc(func(ctx context.Context, m *outbox.Message) error {
+		switch {
+		case m.ID == healthy && m.Attempt == 1:
+			once.Do(func() { close(failedOnce) })
+			return outbox.RetryableAfter(errors.New("receiver busy"), 2*time.Second)
+		case m.ID == poison:
+			reached <- struct{}{}
+			select {
+			case <-hang:
+			case <-ctx.Done():
+			}
+			return errors.New("never returned")
+		}
+		return nil
+	})
+	cfg := shardConfig(outbox.Config{Lease: 30 * time.Second, MaxAttempts: 3, Workers: 1, BatchSize: 1})
+	for i := range cfg.MaxAttempts + 1 {
+		start(t, b.dispatcher(t, sink, cfg))
+		if i == 0 {
+			<-failedOnce
+		}
+		select {
+		case <-reached:
+		case <-time.After(10 * time.Second):
+			require.FailNow(t, "the poison message was not delivered")
+		}
+		b.expireShards(t)
+	}
+	t.Cleanup(func() { close(hang) }) // before the dispatchers stop: cleanups run last first
+	rec := newRecorder(sink)
+	drain(t, b.dispatcher(t, rec.Sink(), cfg))
+	require.Equal(t, "dead", b.row(t, poison).Status)
+	h := b.row(t, healthy)
+	require.Equal(t, "done", h.Status, "last error %s", h.lastError())
+	require.Equal(t, 2, h.Attempts, "its failure and its delivery: no crash charged")
 }
 
 // Dispatchers share the shards without a leader: a second one gets half,

@@ -109,7 +109,7 @@ func rowStep(st *store.Store, batch int) deliveryStep {
 }
 
 func shardStep(b *testing.B, st *store.Store, pool *pgxpool.Pool, owner string, take, perShard int) deliveryStep {
-	held, err := st.AcquireShards(context.Background(), pool, owner, time.Hour, take)
+	held, err := st.AcquireShards(context.Background(), pool, owner, time.Hour, take, 100)
 	require.NoError(b, err)
 	return func(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 		rows, _, err := st.ReadShards(ctx, pool, shardsOf(held), nil, perShard)

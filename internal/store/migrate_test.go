@@ -89,6 +89,23 @@ func TestMigrateDryRun(t *testing.T) {
 		require.Empty(t, res.SQL)
 		require.Empty(t, res.Steps)
 	})
+	t.Run("ShardsOfAnEarlierVersion", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		require.NoError(t, b.enableShards(t, 2))
+		shards := b.st.Table.String() + "_shards"
+		b.exec(t, `ALTER TABLE `+shards+` DROP COLUMN isolate_through`)
+		res, err := b.st.MigrateWith(t.Context(), b.pool, store.MigrateOptions{DryRun: true})
+		require.NoError(t, err)
+		require.Equal(t, []string{"005_shards: shard isolation column"}, res.Steps)
+		_, err = b.st.MigrateWith(t.Context(), b.pool, store.MigrateOptions{})
+		require.NoError(t, err)
+		a := b.acquire(t, "A", 2)
+		require.Len(t, a, 2, "the shard statements run on the upgraded table")
+		res, err = b.st.MigrateWith(t.Context(), b.pool, store.MigrateOptions{DryRun: true})
+		require.NoError(t, err)
+		require.Empty(t, res.Steps)
+	})
 	t.Run("OutdatedTable", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -17,7 +17,7 @@ const MaxShards = 4096
 // shardSQL are the shard-lease statements (docs/shard-leases.md).
 type shardSQL struct {
 	exists, count, renew, acquire, release, read, finalize, requeue string
-	leave, free                                                     string
+	leave, free, isolate                                            string
 }
 
 func loadShards(load func(string) string) shardSQL {
@@ -32,6 +32,7 @@ func loadShards(load func(string) string) shardSQL {
 		requeue:  load("sql/shard_requeue.sql"),
 		leave:    load("sql/shard_leave.sql"),
 		free:     load("sql/shard_free.sql"),
+		isolate:  load("sql/shard_isolate.sql"),
 	}
 }
 
@@ -64,13 +65,21 @@ func (s *Store) EnableShards(ctx context.Context, db pgx.Tx, n int) error {
 // ShardCount is the table's number of shards, 0 when shard leases are not
 // enabled.
 func (s *Store) ShardCount(ctx context.Context, db DB) (int, error) {
-	var exists bool
-	if err := db.QueryRow(ctx, s.shards.exists, s.Table.ident(suffixShards)).Scan(&exists); err != nil || !exists {
+	var exists, current bool
+	if err := db.QueryRow(ctx, s.shards.exists, s.Table.ident(suffixShards)).Scan(&exists, &current); err != nil || !exists {
 		return 0, translate(err)
 	}
 	var n int
 	err := db.QueryRow(ctx, s.shards.count).Scan(&n)
 	return n, translate(err)
+}
+
+// ShardsCurrent reports whether the table's shard table has every column
+// this version's statements use (a table without shards is current).
+func (s *Store) ShardsCurrent(ctx context.Context, db DB) (bool, error) {
+	var exists, current bool
+	err := db.QueryRow(ctx, s.shards.exists, s.Table.ident(suffixShards)).Scan(&exists, &current)
+	return !exists || current, translate(err)
 }
 
 // ShardLease is one shard held: its number and fencing token.
@@ -101,26 +110,54 @@ func (s *Store) RenewShards(ctx context.Context, db DB, owner string, lease time
 	return held, alive, translate(rows.Err())
 }
 
-// AcquiredShard is a shard just taken, with the strikes against its head
-// (StrikeID): how many times in a row its owner died with that row the
-// oldest pending one.
+// AcquiredShard is a shard just taken. Taken from an owner that died
+// while delivering a message alone (StrikeID set), that message was
+// charged the crash: Strikes is how many owners died so, Attempts its
+// attempts now. IsolateThrough, when set, is the id up to which the shard
+// is to be delivered one message at a time.
 type AcquiredShard struct {
 	ShardLease
-	StrikeID *int64
-	Strikes  int
+	StrikeID       *int64
+	Strikes        int
+	IsolateThrough *int64
+	Attempts       *int
 }
 
-// AcquireShards takes up to n shards that are free or whose lease ran out.
-func (s *Store) AcquireShards(ctx context.Context, db DB, owner string, lease time.Duration, n int) ([]AcquiredShard, error) {
-	rows, err := db.Query(ctx, s.shards.acquire, ownerText(owner), lease.Microseconds(), n)
+// AcquireShards takes up to n shards that are free or whose lease ran out;
+// window is how many messages an owner may hold in flight in one shard
+// (see sql/shard_acquire.sql).
+func (s *Store) AcquireShards(ctx context.Context, db DB, owner string, lease time.Duration, n, window int) ([]AcquiredShard, error) {
+	rows, err := db.Query(ctx, s.shards.acquire, ownerText(owner), lease.Microseconds(), n, window)
 	if err != nil {
 		return nil, translate(err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AcquiredShard, error) {
 		var a AcquiredShard
-		err := r.Scan(&a.Shard, &a.Token, &a.StrikeID, &a.Strikes)
+		err := r.Scan(&a.Shard, &a.Token, &a.StrikeID, &a.Strikes, &a.IsolateThrough, &a.Attempts)
 		return a, err
 	})
+	return out, translate(err)
+}
+
+// Isolation is one shard's isolation write: ID declares the message about
+// to be delivered alone, nil ends the shard's isolation.
+type Isolation struct {
+	ShardLease
+	ID *int64
+}
+
+// Isolate writes isolation bookkeeping (sql/shard_isolate.sql) and returns
+// the shards written: one missing was lost.
+func (s *Store) Isolate(ctx context.Context, db DB, owner string, isolations []Isolation) ([]int, error) {
+	shards, tokens, ids := make([]int32, len(isolations)), make([]int64, len(isolations)), make([]*int64, len(isolations))
+	for i, x := range isolations {
+		shards[i], tokens[i], ids[i] = int32(x.Shard), x.Token, x.ID
+	}
+	rows, err := db.Query(ctx, s.shards.isolate, ownerText(owner), shards, tokens, ids)
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int])
 	return out, translate(err)
 }
 

@@ -27,7 +27,7 @@ func (b *testBundle) expireShards(t *testing.T) {
 
 func (b *testBundle) acquire(t *testing.T, owner string, n int) []store.AcquiredShard {
 	t.Helper()
-	got, err := b.st.AcquireShards(t.Context(), b.pool, owner, time.Minute, n)
+	got, err := b.st.AcquireShards(t.Context(), b.pool, owner, time.Minute, n, 10)
 	require.NoError(t, err)
 	return got
 }
@@ -214,34 +214,74 @@ func TestShardFenceFinalizeBeforeTakeover(t *testing.T) {
 	require.Empty(t, again, "the new owner does not deliver what the old one finalized")
 }
 
-// Takeovers of a shard whose owner died count strikes against its head.
+// A takeover charges a crash only to the message its owner declared it was
+// delivering alone; otherwise it charges nothing and isolates the shard up
+// to the last message the owner can have had in flight.
 func TestShardStrikes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	require.NoError(t, b.enableShards(t, 1))
-	ids := b.enqueueN(t, 2)
+	ids := b.enqueueN(t, 15)
 
 	a := b.acquire(t, "A", 1)
 	require.Zero(t, a[0].Strikes, "a shard never held has no strike")
+	require.Nil(t, a[0].IsolateThrough, "nor any isolation")
+
+	b.expireShards(t)
+	a = b.acquire(t, "B", 1)
+	require.Zero(t, a[0].Strikes, "nothing was declared: nobody is charged")
+	require.Nil(t, a[0].Attempts)
+	require.NotNil(t, a[0].IsolateThrough)
+	require.Equal(t, ids[9], *a[0].IsolateThrough, "isolated up to the window's last pending id")
+	require.Zero(t, b.attempts(t, ids[0]))
+
+	declare := func(owner string, a store.AcquiredShard, id *int64) {
+		t.Helper()
+		got, err := b.st.Isolate(t.Context(), b.pool, owner, []store.Isolation{{ShardLease: a.ShardLease, ID: id}})
+		require.NoError(t, err)
+		require.Equal(t, []int{a.Shard}, got)
+	}
+	owner := "B"
 	for want := 1; want <= 3; want++ {
+		declare(owner, a[0], &ids[1])
 		b.expireShards(t)
-		a = b.acquire(t, "B", 1)
+		owner = map[string]string{"A": "B", "B": "A"}[owner]
+		a = b.acquire(t, owner, 1)
 		require.Equal(t, want, a[0].Strikes)
-		require.Equal(t, ids[0], *a[0].StrikeID)
+		require.Equal(t, ids[1], *a[0].StrikeID, "charged to the declared message, not the head")
+		require.Equal(t, want, *a[0].Attempts)
+		require.Equal(t, want, b.attempts(t, ids[1]))
+		require.Zero(t, b.attempts(t, ids[0]), "the head, never declared, is never charged")
 	}
 
-	made, err := b.st.FinalizeShards(t.Context(), b.pool, "B", []store.RowWrite{{ID: ids[0], Shard: a[0].Shard, LeaseVersion: a[0].Token, Status: store.StatusDone}})
-	require.NoError(t, err)
-	require.Equal(t, []bool{true}, made)
+	declare(owner, a[0], &ids[2])
 	b.expireShards(t)
-	a = b.acquire(t, "A", 1)
-	require.Equal(t, 1, a[0].Strikes, "a new head starts again")
-	require.Equal(t, ids[1], *a[0].StrikeID)
+	a = b.acquire(t, "C", 1)
+	require.Equal(t, 1, a[0].Strikes, "a newly declared message starts again")
+	require.Equal(t, ids[2], *a[0].StrikeID)
 
-	_, err = b.st.ReleaseShards(t.Context(), b.pool, "A", leasesOf(a))
+	stale := a[0]
+	b.expireShards(t)
+	a = b.acquire(t, "D", 1)
+	got, err := b.st.Isolate(t.Context(), b.pool, "C", []store.Isolation{{ShardLease: stale.ShardLease, ID: &ids[3]}})
 	require.NoError(t, err)
-	a = b.acquire(t, "B", 1)
-	require.Equal(t, 1, a[0].Strikes, "a release strikes nothing")
+	require.Empty(t, got, "a lost owner declares nothing")
+
+	declare("D", a[0], nil)
+	_, err = b.st.ReleaseShards(t.Context(), b.pool, "D", leasesOf(a))
+	require.NoError(t, err)
+	a = b.acquire(t, "E", 1)
+	require.Zero(t, a[0].Strikes, "an ended isolation and a release charge nothing")
+	require.Nil(t, a[0].IsolateThrough)
+	require.Nil(t, a[0].Attempts)
+}
+
+// attempts reads a row's attempts.
+func (b *testBundle) attempts(t *testing.T, id int64) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT attempts FROM "+b.st.Table.String()+" WHERE id = $1", id).Scan(&n))
+	return n
 }
 
 // The read walks the shard index, whatever the statistics: a primary-key

@@ -9,12 +9,15 @@ CREATE TABLE IF NOT EXISTS {{shards}} (
     owner       text,
     token       bigint NOT NULL DEFAULT 0,
     lease_until timestamptz,
-    -- Takeovers of a lease that ran out (its owner died) with the same
-    -- head row pending: a message that crashes every dispatcher that
-    -- delivers it. See docs/shard-leases.md.
+    -- The message its owner declared it was delivering alone, and how
+    -- many owners died while it was declared; the shard is delivered one
+    -- message at a time up to isolate_through after an owner died. See
+    -- docs/shard-leases.md, "Poison messages".
     strike_id   bigint,
-    strikes     integer NOT NULL DEFAULT 0
+    strikes     integer NOT NULL DEFAULT 0,
+    isolate_through bigint
 );
+ALTER TABLE {{shards}} ADD COLUMN IF NOT EXISTS isolate_through bigint;
 INSERT INTO {{shards}} (shard) SELECT generate_series(0, {{shard_count}} - 1) ON CONFLICT DO NOTHING;
 CREATE TABLE IF NOT EXISTS {{shard_members}} (
     owner text PRIMARY KEY,
