@@ -279,6 +279,35 @@ func baseArm(s uint64, slot, inc int) string {
 	}
 }
 
+// leaseMode reads CHAOS_LEASE_MODE (row or shard), or draws the mode from
+// the seed, and prints it next to the seed.
+func leaseMode(t *testing.T, s uint64) string {
+	t.Helper()
+	mode := []string{leaseRow, leaseShard}[rand.New(rand.NewPCG(s, 0x1ea5e)).IntN(2)]
+	if v := os.Getenv("CHAOS_LEASE_MODE"); v != "" {
+		if v != leaseRow && v != leaseShard {
+			t.Fatalf("CHAOS_LEASE_MODE=%q: must be %q or %q", v, leaseRow, leaseShard)
+		}
+		mode = v
+	}
+	fmt.Printf("chaos: %s lease mode %s (CHAOS_LEASE_MODE=%q)\n", t.Name(), mode, os.Getenv("CHAOS_LEASE_MODE"))
+	return mode
+}
+
+// withLeaseMode runs cfg's workers in mode; under shard leases every group
+// is ordered, as the relay then is.
+func withLeaseMode(cfg runConfig, mode string) runConfig {
+	cfg.leaseMode = mode
+	if mode == leaseShard {
+		groups := append([]groupConfig(nil), cfg.groups...)
+		for i := range groups {
+			groups[i].ordered = true
+		}
+		cfg.groups = groups
+	}
+	return cfg
+}
+
 // runClasses reads CHAOS_CLASSES and prints the set next to the seed.
 func runClasses(t *testing.T) classSet {
 	t.Helper()
@@ -294,7 +323,7 @@ func randomRun(t *testing.T, name, tier string, dur, idleTx time.Duration) {
 	s := seed(t)
 	c := runClasses(t)
 	e := newEnv(t)
-	r := newRun(t, e, randomConfig(name, tier, s, c), s)
+	r := newRun(t, e, withLeaseMode(randomConfig(name, tier, s, c), leaseMode(t, s)), s)
 	faults := planFrom(menuFor(weightedFaults, c, true), rand.New(rand.NewPCG(s, 1)), dur, len(r.allSlots()), r.cfg.lease, idleTx)
 	r.startAll()
 	r.startProducers(60*time.Millisecond, 0)

@@ -3,6 +3,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -108,6 +109,8 @@ type report struct {
 	Replay  string `json:"replay"`
 	Started string `json:"started"`
 	Classes string `json:"classes"`
+	// LeaseMode is the workers' lease mode: row or shard.
+	LeaseMode string `json:"lease_mode"`
 	counts
 	MigrateFailures  int                    `json:"migrate_failures"`
 	Migrate          *pctiles               `json:"migrate_seconds,omitempty"`
@@ -167,6 +170,7 @@ type rowState struct {
 	version   int64
 	agg       string
 	lastError string
+	shard     int // shard mode only
 }
 
 type auditRec struct {
@@ -196,6 +200,7 @@ func (r *run) check(drainTook time.Duration) (*report, error) {
 	rep := &report{
 		Run: r.cfg.name, Tier: r.cfg.tier, Seed: r.seed, Replay: fmt.Sprintf("CHAOS_SEED=%d", r.seed),
 		Started: r.phaseStart.UTC().Format(time.RFC3339), Refused: refused, Classes: r.cfg.classes.String(),
+		LeaseMode: cmp.Or(r.cfg.leaseMode, leaseRow),
 		FaultCounts: map[string]int{}, Groups: map[string]*counts{},
 		PhaseSeconds: r.phaseEnd.Sub(r.phaseStart).Seconds(), DrainSeconds: drainTook.Seconds(),
 	}
@@ -224,6 +229,11 @@ func (r *run) check(drainTook time.Duration) (*report, error) {
 		if err != nil {
 			return nil, err
 		}
+		if r.cfg.leaseMode == leaseShard {
+			if g.shardAcqs, err = r.loadShardAudit(ctx, g); err != nil {
+				return nil, err
+			}
+		}
 		ownersFromAudit(byGroup[g.name], audit)
 		c := checkGroup(g, rows, audit, byGroup[g.name], events, r.cfg, r.rejectedLeases(g.name))
 		if err := r.classFigures(ctx, g, c); err != nil {
@@ -246,7 +256,11 @@ func (r *run) check(drainTook time.Duration) (*report, error) {
 }
 
 func (r *run) loadRows(ctx context.Context, g *group) (map[int64]rowState, error) {
-	rows, err := r.env.admin.Query(ctx, `SELECT id, status, lease_version, aggregate_id, coalesce(last_error, '') FROM `+g.table)
+	shard := "-1"
+	if r.cfg.leaseMode == leaseShard {
+		shard = "coalesce(shard, -1)"
+	}
+	rows, err := r.env.admin.Query(ctx, `SELECT id, status, lease_version, aggregate_id, coalesce(last_error, ''), `+shard+` FROM `+g.table)
 	if err != nil {
 		return nil, err
 	}
@@ -255,7 +269,7 @@ func (r *run) loadRows(ctx context.Context, g *group) (map[int64]rowState, error
 	for rows.Next() {
 		var id int64
 		var s rowState
-		if err := rows.Scan(&id, &s.status, &s.version, &s.agg, &s.lastError); err != nil {
+		if err := rows.Scan(&id, &s.status, &s.version, &s.agg, &s.lastError, &s.shard); err != nil {
 			return nil, err
 		}
 		out[id] = s
@@ -412,61 +426,10 @@ func checkGroup(g *group, rows map[int64]rowState, audit []auditRec, dels []deli
 	// saw its publish fail), by owner.
 	failed := map[leaseKey]string{}
 	var claims []claimAt
-	for _, a := range audit {
-		isClaim := a.newStatus == "processing" && (a.oldStatus != "processing" || a.newVersion != a.oldVersion)
-		switch {
-		case isClaim:
-			c.Claims++
-			claimOf[leaseKey{a.id, a.newVersion}] = a
-			claims = append(claims, claimAt{a.seq, a.id})
-			if a.newVersion != a.oldVersion+1 || a.newOwner != a.app {
-				c.AuditAnomalies++
-				c.example("audit_anomalies", "claim of %d by %s: version %d->%d owner %q", a.id, a.app, a.oldVersion, a.newVersion, a.newOwner)
-			}
-			if a.oldStatus == "processing" && (a.oldLeaseUntil == nil || !a.oldLeaseUntil.Before(a.xactNow)) {
-				c.AuditAnomalies++
-				c.example("audit_anomalies", "claim of %d by %s took a live lease (version %d of %s until %v, now %v)",
-					a.id, a.app, a.oldVersion, a.oldOwner, a.oldLeaseUntil, a.xactNow)
-			}
-			if a.oldStatus != "processing" && a.oldStatus != "pending" {
-				c.AuditAnomalies++
-				c.example("audit_anomalies", "claim of %d by %s from status %s", a.id, a.app, a.oldStatus)
-			}
-		case a.newVersion != a.oldVersion:
-			c.AuditAnomalies++
-			c.example("audit_anomalies", "write to %d by %s changed lease_version %d->%d outside a claim", a.id, a.app, a.oldVersion, a.newVersion)
-		case a.oldStatus != "processing":
-			// A terminal (or any) write to a row nobody holds.
-			c.StaleFinalize++
-			c.example("stale_finalize", "write to %d by %s: %s -> %s at version %d", a.id, a.app, a.oldStatus, a.newStatus, a.oldVersion)
-		case a.newStatus == "dead" && strings.HasPrefix(a.lastError, "lease expired after max attempts"):
-			c.Reaped++
-			if a.oldLeaseUntil == nil || !a.oldLeaseUntil.Before(a.xactNow) {
-				c.StaleFinalize++
-				c.example("stale_finalize", "reap of %d by %s while lease %d was live", a.id, a.app, a.oldVersion)
-			}
-		default:
-			holder, ok := claimOf[leaseKey{a.id, a.oldVersion}]
-			if a.newStatus != "done" {
-				failed[leaseKey{a.id, a.oldVersion}] = a.app
-			}
-			if !ok || holder.app != a.app {
-				c.StaleFinalize++
-				c.example("stale_finalize", "finalize of %d (%s) by %s with lease %d held by %q", a.id, a.newStatus, a.app, a.oldVersion, holder.app)
-			}
-			switch a.newStatus {
-			case "done":
-				if _, seen := doneSeq[a.id]; !seen {
-					doneSeq[a.id] = a.seq
-				}
-				if !acked[leaseKey{a.id, a.oldVersion}][a.app] && !dedupedAck(cfg, byID[a.id], a.oldVersion, claimOf[leaseKey{a.id, a.oldVersion}]) {
-					c.StaleFinalize++
-					c.example("stale_finalize", "done of %d by %s at lease %d, but the sink never acknowledged that lease to it", a.id, a.app, a.oldVersion)
-				}
-			case "pending":
-				c.Retried++
-			}
-		}
+	if cfg.leaseMode == leaseShard {
+		shardAuditChecks(c, g.shardAcqs, rows, audit, dels, acked, byID, claimOf, failed, doneSeq, cfg)
+	} else {
+		claims = rowAuditChecks(c, audit, acked, byID, claimOf, failed, doneSeq, cfg)
 	}
 
 	// Duplicates: each delivery after the first of an id must be explained
@@ -512,6 +475,14 @@ func checkGroup(g *group, rows map[int64]rowState, audit []auditRec, dels []deli
 // accepted, or a healthy sink would have, must never end dead.
 func falselyDead(c *counts, rows map[int64]rowState, audit []auditRec, byID map[int64][]delivery, cfg runConfig,
 	rejected map[leaseKey]bool) {
+	// The lease a write was made under: the row's own, which a claim set,
+	// or under shard leases the shard token the write stamps.
+	leaseOf := func(a auditRec) int64 {
+		if cfg.leaseMode == leaseShard {
+			return a.newVersion
+		}
+		return a.oldVersion
+	}
 	lastDead := map[int64]auditRec{}
 	for _, a := range audit {
 		if a.newStatus == "dead" {
@@ -529,10 +500,10 @@ func falselyDead(c *counts, rows map[int64]rowState, audit []auditRec, byID map[
 			why = "dead, and no finalize or reap of the audit trail made it so"
 		case strings.HasPrefix(a.lastError, "lease expired after max attempts"):
 			if !cfg.allowReap {
-				why = fmt.Sprintf("reaped by %s at lease %d", a.app, a.oldVersion)
+				why = fmt.Sprintf("reaped by %s at lease %d", a.app, leaseOf(a))
 			}
-		case !rejected[leaseKey{id, a.oldVersion}]:
-			why = fmt.Sprintf("finalized dead by %s at lease %d, which the sink never refused permanently", a.app, a.oldVersion)
+		case !rejected[leaseKey{id, leaseOf(a)}]:
+			why = fmt.Sprintf("finalized dead by %s at lease %d, which the sink never refused permanently", a.app, leaseOf(a))
 		}
 		if why == "" {
 			continue
@@ -870,4 +841,70 @@ func percentiles(v []float64) pctiles {
 		return math.Round(v[max(i, 0)]*10) / 10
 	}
 	return pctiles{N: len(v), P50: at(0.5), P90: at(0.9), P99: at(0.99), Max: at(1)}
+}
+
+// rowAuditChecks checks the audit trail of a table relayed under row
+// leases: every claim took a free or expired lease, every later write was
+// made by the holder of the lease it names, every done was acknowledged.
+// It fills claimOf, failed and doneSeq, and returns the claims in order.
+func rowAuditChecks(c *counts, audit []auditRec, acked map[leaseKey]map[string]bool, byID map[int64][]delivery,
+	claimOf map[leaseKey]auditRec, failed map[leaseKey]string, doneSeq map[int64]int64, cfg runConfig) []claimAt {
+	var claims []claimAt
+	for _, a := range audit {
+		isClaim := a.newStatus == "processing" && (a.oldStatus != "processing" || a.newVersion != a.oldVersion)
+		switch {
+		case isClaim:
+			c.Claims++
+			claimOf[leaseKey{a.id, a.newVersion}] = a
+			claims = append(claims, claimAt{a.seq, a.id})
+			if a.newVersion != a.oldVersion+1 || a.newOwner != a.app {
+				c.AuditAnomalies++
+				c.example("audit_anomalies", "claim of %d by %s: version %d->%d owner %q", a.id, a.app, a.oldVersion, a.newVersion, a.newOwner)
+			}
+			if a.oldStatus == "processing" && (a.oldLeaseUntil == nil || !a.oldLeaseUntil.Before(a.xactNow)) {
+				c.AuditAnomalies++
+				c.example("audit_anomalies", "claim of %d by %s took a live lease (version %d of %s until %v, now %v)",
+					a.id, a.app, a.oldVersion, a.oldOwner, a.oldLeaseUntil, a.xactNow)
+			}
+			if a.oldStatus != "processing" && a.oldStatus != "pending" {
+				c.AuditAnomalies++
+				c.example("audit_anomalies", "claim of %d by %s from status %s", a.id, a.app, a.oldStatus)
+			}
+		case a.newVersion != a.oldVersion:
+			c.AuditAnomalies++
+			c.example("audit_anomalies", "write to %d by %s changed lease_version %d->%d outside a claim", a.id, a.app, a.oldVersion, a.newVersion)
+		case a.oldStatus != "processing":
+			// A terminal (or any) write to a row nobody holds.
+			c.StaleFinalize++
+			c.example("stale_finalize", "write to %d by %s: %s -> %s at version %d", a.id, a.app, a.oldStatus, a.newStatus, a.oldVersion)
+		case a.newStatus == "dead" && strings.HasPrefix(a.lastError, "lease expired after max attempts"):
+			c.Reaped++
+			if a.oldLeaseUntil == nil || !a.oldLeaseUntil.Before(a.xactNow) {
+				c.StaleFinalize++
+				c.example("stale_finalize", "reap of %d by %s while lease %d was live", a.id, a.app, a.oldVersion)
+			}
+		default:
+			holder, ok := claimOf[leaseKey{a.id, a.oldVersion}]
+			if a.newStatus != "done" {
+				failed[leaseKey{a.id, a.oldVersion}] = a.app
+			}
+			if !ok || holder.app != a.app {
+				c.StaleFinalize++
+				c.example("stale_finalize", "finalize of %d (%s) by %s with lease %d held by %q", a.id, a.newStatus, a.app, a.oldVersion, holder.app)
+			}
+			switch a.newStatus {
+			case "done":
+				if _, seen := doneSeq[a.id]; !seen {
+					doneSeq[a.id] = a.seq
+				}
+				if !acked[leaseKey{a.id, a.oldVersion}][a.app] && !dedupedAck(cfg, byID[a.id], a.oldVersion, claimOf[leaseKey{a.id, a.oldVersion}]) {
+					c.StaleFinalize++
+					c.example("stale_finalize", "done of %d by %s at lease %d, but the sink never acknowledged that lease to it", a.id, a.app, a.oldVersion)
+				}
+			case "pending":
+				c.Retried++
+			}
+		}
+	}
+	return claims
 }

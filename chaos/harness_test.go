@@ -149,7 +149,17 @@ type runConfig struct {
 	// allowReap: rows reaped after their last attempt are an expected
 	// outcome (a scenario run with --max-attempts 1), not falsely dead.
 	allowReap bool
+	// leaseMode is the workers' --lease-mode: leaseRow ("") or
+	// leaseShard, whose tables get shardCount shards and every group
+	// delivers in order.
+	leaseMode string
 }
+
+const (
+	leaseRow   = "row"
+	leaseShard = "shard"
+	shardCount = 16
+)
 
 const sinkNATS = "nats"
 
@@ -178,6 +188,9 @@ type group struct {
 	// (the search_path class); decoy is the schema of the decoy waiters.
 	bare  bool
 	decoy string
+	// shardAcqs are the shard leases taken, in audit order (shard mode),
+	// read before the check.
+	shardAcqs []shardAcq
 }
 
 // run is one scenario against its own schema.
@@ -277,6 +290,11 @@ func newRun(t *testing.T, e *env, cfg runConfig, seed uint64) *run {
 		}
 		if err := installAudit(ctx, e.admin, r.schema, gc.name); err != nil {
 			t.Fatalf("audit trigger on %s: %v", g.table, err)
+		}
+		if cfg.leaseMode == leaseShard {
+			if err := r.enableShards(ctx, g); err != nil {
+				t.Fatalf("shards on %s: %v", g.table, err)
+			}
 		}
 		aggs := make([]string, gc.aggregates)
 		for i := range aggs {

@@ -208,7 +208,7 @@ func TestRandomFaultsNATS(t *testing.T) {
 	s := seed(t)
 	c := runClasses(t)
 	e := newEnv(t)
-	cfg := randomConfig("random-nats", "2-random-nats-45s", s, c)
+	cfg := withLeaseMode(randomConfig("random-nats", "2-random-nats-45s", s, c), leaseMode(t, s))
 	cfg.sink = sinkNATS
 	r := newRun(t, e, cfg, s)
 	faults := planFrom(menuFor(natsFaults, c, false), rand.New(rand.NewPCG(s, 1)), dur, len(r.allSlots()), r.cfg.lease, 10*time.Second)

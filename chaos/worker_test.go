@@ -152,6 +152,9 @@ func (s *slot) start() (*proc, error) {
 	if s.g.cfg.ordered {
 		args = append(args, "--ordered")
 	}
+	if r.cfg.leaseMode == leaseShard {
+		args = append(args, "--lease-mode", leaseShard)
+	}
 	args = append(args, s.extraArgs...)
 	armed := ""
 	if s.arm != nil && !r.calm.Load() {

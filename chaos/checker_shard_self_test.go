@@ -1,0 +1,117 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// shardHistory is a history of a table relayed under shard leases: rows of
+// shard 0, takeovers instead of claims.
+type shardHistory struct{ *history }
+
+func newShardHistory() shardHistory { return shardHistory{newHistory(true)} }
+
+// take records owner taking shard 0 with token.
+func (h shardHistory) take(token int64, owner string, ms int) {
+	h.seq++
+	h.g.shardAcqs = append(h.g.shardAcqs, shardAcq{seq: h.seq, shard: 0, token: token, owner: owner, at: h.at(ms)})
+}
+
+// write records writer's write of id from pending to status under token.
+func (h shardHistory) write(id, before, token int64, writer, status string, ms int) {
+	h.seq++
+	h.audit = append(h.audit, auditRec{seq: h.seq, id: id, at: h.at(ms), xactNow: h.at(ms), app: writer,
+		oldStatus: "pending", newStatus: status, oldVersion: before, newVersion: token})
+}
+
+func (h shardHistory) check() *counts {
+	return checkGroup(h.g, h.rows, h.audit, h.dels, h.events, runConfig{lease: 2 * time.Second, publishTimeout: time.Second,
+		leaseMode: leaseShard}, h.rejected)
+}
+
+func mustBeZero(c *counts) int {
+	return c.Lost + c.Phantom + c.FalseDone + c.Stuck + c.StaleFinalize + c.OrderingViolations +
+		c.UnexplainedDuplicates + c.Corrupted + c.AuditAnomalies + c.FalselyDead
+}
+
+// TestCheckerDetectsShardMode: the shard-lease checks see what they must,
+// and a clean history passes them.
+func TestCheckerDetectsShardMode(t *testing.T) {
+	t.Parallel()
+	t.Run("CleanHistoryIsClean", func(t *testing.T) {
+		t.Parallel()
+		h := newShardHistory()
+		h.take(1, "w0-0", 0)
+		for i, id := range []int64{1, 2} {
+			h.commit(id, "a")
+			h.row(id, "done", 1, "a")
+			h.deliver(id, 1, "w0-0", answerOK, 10+100*i)
+			h.write(id, 0, 1, "w0-0", "done", 20+100*i)
+		}
+		c := h.check()
+		require.Zero(t, mustBeZero(c), "%+v", c)
+		require.Equal(t, 2, c.DeliveredUnique)
+	})
+	t.Run("WriteAfterTakeover", func(t *testing.T) {
+		t.Parallel()
+		h := newShardHistory()
+		h.commit(1, "a")
+		h.row(1, "done", 1, "a")
+		h.take(1, "w0-0", 0)
+		h.deliver(1, 1, "w0-0", answerOK, 10)
+		h.take(2, "w1-0", 3000)
+		h.write(1, 0, 1, "w0-0", "done", 3100) // the old owner writes after the takeover
+		require.Equal(t, 1, h.check().StaleFinalize)
+	})
+	t.Run("WriteUnderAnotherOwnersToken", func(t *testing.T) {
+		t.Parallel()
+		h := newShardHistory()
+		h.commit(1, "a")
+		h.row(1, "done", 1, "a")
+		h.take(1, "w0-0", 0)
+		h.deliver(1, 1, "w1-0", answerOK, 10)
+		h.write(1, 0, 1, "w1-0", "done", 20)
+		require.Equal(t, 1, h.check().StaleFinalize)
+	})
+	t.Run("DoneWithoutAck", func(t *testing.T) {
+		t.Parallel()
+		h := newShardHistory()
+		h.commit(1, "a")
+		h.row(1, "done", 1, "a")
+		h.take(1, "w0-0", 0)
+		h.deliver(1, 1, "w0-0", answerDropped, 10)
+		h.write(1, 0, 1, "w0-0", "done", 20)
+		require.Equal(t, 1, h.check().StaleFinalize)
+	})
+	t.Run("DeliveryUnderATokenNeverTaken", func(t *testing.T) {
+		t.Parallel()
+		h := newShardHistory()
+		h.commit(1, "a")
+		h.row(1, "done", 1, "a")
+		h.take(1, "w0-0", 0)
+		h.deliver(1, 7, "w0-0", answerOK, 10)
+		h.deliver(1, 1, "w0-0", answerOK, 15)
+		h.write(1, 0, 1, "w0-0", "done", 20)
+		require.GreaterOrEqual(t, h.check().AuditAnomalies, 1)
+	})
+	t.Run("DuplicateAfterTakeover", func(t *testing.T) {
+		t.Parallel()
+		h := newShardHistory()
+		h.commit(1, "a")
+		h.row(1, "done", 2, "a")
+		h.take(1, "w0-0", 0)
+		h.deliver(1, 1, "w0-0", answerOK, 10)
+		h.take(2, "w1-0", 3000)
+		h.deliver(1, 2, "w1-0", answerOK, 3010)
+		h.write(1, 0, 2, "w1-0", "done", 3020)
+		require.Equal(t, 1, h.check().UnexplainedDuplicates, "no fault of w0-0 explains it")
+		h.events = []event{{Kind: "kill", Slot: "w0", Owner: "w0-0", Start: h.at(50), End: h.at(50)}}
+		c := h.check()
+		require.Zero(t, mustBeZero(c), "%+v", c)
+		require.Equal(t, 1, c.DuplicatesByCause["holder_kill"])
+	})
+}

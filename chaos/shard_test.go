@@ -1,0 +1,166 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxd/outbox"
+)
+
+// shardAcq is one shard lease taken: a change of a shard row's token.
+type shardAcq struct {
+	seq   int64
+	shard int
+	token int64
+	owner string
+	at    time.Time
+}
+
+// enableShards gives g's table its shards and audits their takeovers, in
+// the same sequence as the table's own audit trail, so the checker can
+// tell which token was current at each write.
+func (r *run) enableShards(ctx context.Context, g *group) error {
+	admin, err := outbox.NewAdmin(r.env.admin, g.table)
+	if err != nil {
+		return err
+	}
+	if err := admin.EnableShards(ctx, shardCount); err != nil {
+		return err
+	}
+	s := pgx.Identifier{r.schema}.Sanitize()
+	shards := s + "." + pgx.Identifier{g.name + "_shards"}.Sanitize()
+	a := s + "." + pgx.Identifier{g.name + "_chaos_shard_audit"}.Sanitize()
+	fn := s + "." + pgx.Identifier{g.name + "_chaos_shard_audit_fn"}.Sanitize()
+	var seq string
+	if err := r.env.admin.QueryRow(ctx, "SELECT pg_get_serial_sequence($1, 'seq')", g.audit).Scan(&seq); err != nil {
+		return err
+	}
+	q := `
+CREATE TABLE ` + a + ` (
+    seq   bigint PRIMARY KEY DEFAULT nextval('` + seq + `'),
+    at    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    app   text NOT NULL DEFAULT current_setting('application_name'),
+    shard integer NOT NULL,
+    owner text,
+    token bigint NOT NULL
+);
+CREATE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $chaos$
+BEGIN
+    INSERT INTO ` + a + ` (shard, owner, token) VALUES (NEW.shard, NEW.owner, NEW.token);
+    RETURN NULL;
+END
+$chaos$;
+CREATE TRIGGER chaos_shard_audit AFTER UPDATE ON ` + shards + ` FOR EACH ROW
+    WHEN (OLD.token IS DISTINCT FROM NEW.token)
+    EXECUTE FUNCTION ` + fn + `();`
+	_, err = r.env.admin.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol)
+	return err
+}
+
+func (r *run) loadShardAudit(ctx context.Context, g *group) ([]shardAcq, error) {
+	a := pgx.Identifier{r.schema, g.name + "_chaos_shard_audit"}.Sanitize()
+	rows, err := r.env.admin.Query(ctx, `SELECT seq, shard, token, coalesce(owner, ''), at FROM `+a+` ORDER BY seq`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (shardAcq, error) {
+		var s shardAcq
+		err := row.Scan(&s.seq, &s.shard, &s.token, &s.owner, &s.at)
+		return s, err
+	})
+}
+
+// shardAuditChecks checks the audit trail of a table relayed under shard
+// leases, where no claim is written: every write of a row was made by the
+// owner of the shard token it stamps, while that token was the shard's
+// current one, to a row still pending; every done was acknowledged to
+// that owner under that token; every delivery carries a token its shard
+// had. The shard takeovers stand in for claims in claimOf (for the
+// duplicate check); failed and doneSeq are filled as under row leases.
+func shardAuditChecks(c *counts, acqs []shardAcq, rows map[int64]rowState, audit []auditRec, dels []delivery,
+	acked map[leaseKey]map[string]bool, byID map[int64][]delivery, claimOf map[leaseKey]auditRec,
+	failed map[leaseKey]string, doneSeq map[int64]int64, cfg runConfig) {
+	byShard := map[int][]shardAcq{}
+	for _, a := range acqs {
+		byShard[a.shard] = append(byShard[a.shard], a)
+		c.Claims++
+	}
+	// took finds the takeover that gave shard its token, and the seq of
+	// the next takeover of that shard (MaxInt64 if none).
+	took := func(shard int, token int64) (shardAcq, int64, bool) {
+		list := byShard[shard]
+		for i, a := range list {
+			if a.token == token {
+				next := int64(1<<63 - 1)
+				if i+1 < len(list) {
+					next = list[i+1].seq
+				}
+				return a, next, true
+			}
+		}
+		return shardAcq{}, 0, false
+	}
+	for _, d := range dels {
+		row, ok := rows[d.ID]
+		if !ok {
+			continue // a phantom: counted there
+		}
+		a, _, ok := took(row.shard, d.Token)
+		if !ok {
+			c.AuditAnomalies++
+			c.example("audit_anomalies", "id %d delivered by %s under token %d, which shard %d never had", d.ID, d.Path, d.Token, row.shard)
+			continue
+		}
+		claimOf[leaseKey{d.ID, d.Token}] = auditRec{seq: a.seq, id: d.ID, at: a.at, app: a.owner, newVersion: d.Token, newOwner: a.owner}
+	}
+	for _, w := range audit {
+		shard := rows[w.id].shard
+		a, next, ok := took(shard, w.newVersion)
+		switch {
+		case w.oldStatus != "pending":
+			c.StaleFinalize++
+			c.example("stale_finalize", "write to %d by %s: %s -> %s (a row not pending)", w.id, w.app, w.oldStatus, w.newStatus)
+			continue
+		case !ok || a.owner != w.app || w.seq < a.seq || w.seq > next:
+			c.StaleFinalize++
+			c.example("stale_finalize", "write of %d (%s) by %s under token %d of shard %d, held by %q from seq %d to %d (write at %d)",
+				w.id, w.newStatus, w.app, w.newVersion, shard, a.owner, a.seq, next, w.seq)
+			continue
+		}
+		k := leaseKey{w.id, w.newVersion}
+		if w.newStatus != "done" {
+			failed[k] = w.app
+		}
+		switch w.newStatus {
+		case "done":
+			if _, seen := doneSeq[w.id]; !seen {
+				doneSeq[w.id] = w.seq
+			}
+			if !acked[k][w.app] && !dedupedAck(cfg, byID[w.id], w.newVersion, claimOf[k]) {
+				c.StaleFinalize++
+				c.example("stale_finalize", "done of %d by %s under token %d, but the sink never acknowledged that token to it", w.id, w.app, w.newVersion)
+			}
+		case "pending":
+			c.Retried++
+		case "dead":
+			if strings.HasPrefix(w.lastError, "lease expired after max attempts") {
+				c.Reaped++
+			}
+		}
+	}
+	// Deliveries by an owner while another held the token cannot happen:
+	// a token names one takeover. Report the shards' takeovers in order.
+	for shard, list := range byShard {
+		if !sort.SliceIsSorted(list, func(i, j int) bool { return list[i].token < list[j].token }) {
+			c.AuditAnomalies++
+			c.example("audit_anomalies", "shard %d's tokens went backwards: %v", shard, fmt.Sprint(list))
+		}
+	}
+}
