@@ -57,6 +57,7 @@ func (s *shardLeases) keep(ctx context.Context, balance bool, leases *leaseRegis
 			leases.cancel(l, ErrLeaseLost)
 		}
 	}
+	s.abandonHung(ctx, leases)
 	if !renewed {
 		return
 	}
@@ -77,6 +78,61 @@ func (s *shardLeases) keep(ctx context.Context, balance bool, leases *leaseRegis
 func (s *shardLeases) holds(l store.Lease) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	shard, ok := s.inFlight[l.ID]
-	return ok && s.held[shard] == l.Version
+	r, ok := s.inFlight[l.ID]
+	return ok && r.Token == l.Version && s.held[r.Shard] == l.Version
+}
+
+// abandonHung gives up the shards of publishes hung past PublishTimeout
+// and a renewal interval (a sink that ignores its context): under row
+// leases such a row's lease runs out and another dispatcher takes it, but
+// a shard's lease is kept for all its rows, so the hung message would hold
+// its aggregate until the dispatcher restarts. Its shard is read no more
+// and, once nothing else of it is in flight, released: whoever takes it
+// next, under a new token, delivers the message again, and the hung
+// publish's late finalize is fenced off.
+func (s *shardLeases) abandonHung(ctx context.Context, leases *leaseRegistry) {
+	d := s.d
+	_, newlyHung := leases.beatable(time.Now().Add(-d.cfg.PublishTimeout - d.cfg.renewEvery()))
+	s.mu.Lock()
+	for _, l := range newlyHung {
+		d.stats.hung.Add(1)
+		if r, ok := s.inFlight[l.ID]; ok && r.Token == l.Version {
+			s.hung[l.ID], s.abandoned[r.Shard] = true, true
+		}
+		d.log.Error("publish hung past its timeout (the sink ignores its context); giving its shard up",
+			slog.Int64("outbox_id", l.ID), slog.Int64("lease_version", l.Version),
+			slog.Duration("publish_timeout", d.cfg.PublishTimeout))
+	}
+	var release []store.ShardLease
+	for shard := range s.abandoned {
+		if !s.onlyHungLocked(shard) {
+			continue
+		}
+		delete(s.abandoned, shard)
+		if token, ok := s.held[shard]; ok {
+			release = append(release, store.ShardLease{Shard: shard, Token: token})
+		}
+		for id, r := range s.inFlight {
+			if r.Shard == shard {
+				delete(s.inFlight, id) // read again by whoever takes the shard
+			}
+		}
+	}
+	s.mu.Unlock()
+	if len(release) > 0 {
+		if err := s.release(ctx, release); err != nil {
+			d.log.WarnContext(ctx, "could not give up a shard; it passes on when its lease ends", slog.Any("error", err))
+		}
+	}
+}
+
+// onlyHungLocked reports whether every message of shard in flight is a
+// hung publish; s.mu is held.
+func (s *shardLeases) onlyHungLocked(shard int) bool {
+	for id, r := range s.inFlight {
+		if r.Shard == shard && !s.hung[id] {
+			return false
+		}
+	}
+	return true
 }

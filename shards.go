@@ -26,15 +26,21 @@ type shardLeases struct {
 	held map[int]int64 // shard → token
 	// isolated maps each shard delivered one message at a time to the id
 	// up to which it is.
-	isolated  map[int]int64
-	inFlight  map[int64]int // id → shard
+	isolated map[int]int64
+	inFlight map[int64]store.ShardLease // id → its shard and the token it was read under
+	// abandoned are shards being given up because a publish of theirs
+	// hung (hung holds those ids): they are read no more, and released
+	// once nothing else of theirs is in flight.
+	abandoned map[int]bool
+	hung      map[int64]bool
 	renewedAt time.Time
 	// lookedAt is when the free shards were last counted, between renewals.
 	lookedAt time.Time
 }
 
 func newShardLeases(d *Dispatcher, count int) *shardLeases {
-	return &shardLeases{d: d, count: count, held: map[int]int64{}, isolated: map[int]int64{}, inFlight: map[int64]int{}}
+	return &shardLeases{d: d, count: count, held: map[int]int64{}, isolated: map[int]int64{},
+		inFlight: map[int64]store.ShardLease{}, abandoned: map[int]bool{}, hung: map[int64]bool{}}
 }
 
 // claim reads the heads of the held shards: one per isolated shard with
@@ -151,6 +157,9 @@ func (s *shardLeases) readPlan() (plain, isolated []int, exclude []int64) {
 	}
 	busy := s.busyLocked()
 	for _, shard := range s.heldLocked() {
+		if s.abandoned[shard] {
+			continue
+		}
 		if _, ok := s.isolated[shard]; !ok {
 			plain = append(plain, shard)
 		} else if !busy[shard] {
@@ -163,8 +172,8 @@ func (s *shardLeases) readPlan() (plain, isolated []int, exclude []int64) {
 // busyLocked is the set of shards with a message in flight; s.mu is held.
 func (s *shardLeases) busyLocked() map[int]bool {
 	busy := map[int]bool{}
-	for _, shard := range s.inFlight {
-		busy[shard] = true
+	for _, l := range s.inFlight {
+		busy[l.Shard] = true
 	}
 	return busy
 }
@@ -186,7 +195,7 @@ func (s *shardLeases) lease(rows []store.Row) []store.Row {
 	for i := range rows {
 		r := &rows[i]
 		r.LeaseVersion = s.held[r.Shard]
-		s.inFlight[r.ID] = r.Shard
+		s.inFlight[r.ID] = store.ShardLease{Shard: r.Shard, Token: r.LeaseVersion}
 	}
 	return rows
 }
@@ -197,7 +206,12 @@ func (s *shardLeases) settled(writes []store.RowWrite) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, w := range writes {
-		delete(s.inFlight, w.ID)
+		// A hung publish given up may end after its row was read again:
+		// its verdict must not forget the new read.
+		if l, ok := s.inFlight[w.ID]; ok && l.Token == w.LeaseVersion {
+			delete(s.inFlight, w.ID)
+		}
+		delete(s.hung, w.ID)
 	}
 }
 

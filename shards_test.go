@@ -505,3 +505,30 @@ func TestShardLeasesAcceptHeartbeats(t *testing.T) {
 	row := outbox.Config{Lease: time.Second, PublishTimeout: 5 * time.Second}
 	require.Error(t, row.WithDefaults().Validate(), "row leases without heartbeats still bound the publish")
 }
+
+// A publish that hangs ignoring its context does not hold its aggregate
+// until the dispatcher restarts: past PublishTimeout its shard is given
+// up, taken again under a new token, and the message delivered again; the
+// hung publish's late verdict is fenced off.
+func TestShardLeasesHungPublishGivesItsShardUp(t *testing.T) {
+	t.Parallel()
+	b := shardBundle(t, 1)
+	ids := b.enqueueN(t, 3, "a")
+	release := make(chan struct{})
+	var once sync.Once
+	rec := newRecorder(func(_ context.Context, m *outbox.Message) error {
+		hang := false
+		once.Do(func() { hang = true })
+		if hang {
+			<-release // ignores its context
+		}
+		return nil
+	})
+	d := b.dispatcher(t, rec.Sink(), shardConfig(outbox.Config{Lease: 600 * time.Millisecond, PublishTimeout: 200 * time.Millisecond, Workers: 2}))
+	start(t, d)
+	t.Cleanup(func() { close(release) }) // before the dispatcher stops: cleanups run last first
+	require.Eventually(t, func() bool { return b.countStatus(t, "done") == len(ids) }, 10*time.Second, 10*time.Millisecond,
+		"the aggregate went on past its hung head")
+	require.Equal(t, []int64{ids[0], ids[0], ids[1], ids[2]}, rec.IDs(), "the hung head again, then the rest in order")
+	require.EqualValues(t, 1, d.Stats().HungPublishes)
+}
