@@ -114,4 +114,22 @@ func TestCheckerDetectsShardMode(t *testing.T) {
 		require.Zero(t, mustBeZero(c), "%+v", c)
 		require.Equal(t, 1, c.DuplicatesByCause["holder_kill"])
 	})
+	t.Run("LateEarlierAttemptOfOneToken", func(t *testing.T) {
+		t.Parallel()
+		h := newShardHistory()
+		h.commit(1, "a")
+		h.row(1, "done", 1, "a")
+		h.take(1, "w0-0", 0)
+		h.deliver(1, 1, "w0-0", answerOK, 500) // attempt 2, after attempt 1 timed out
+		h.dels[len(h.dels)-1].Attempt = 2
+		h.deliver(1, 1, "w0-0", answerLost, 510) // attempt 1, held up on the way
+		h.dels[len(h.dels)-1].Attempt = 1
+		h.write(1, 0, 1, "w0-0", "pending", 400)
+		h.write(1, 1, 1, "w0-0", "done", 520)
+		require.Equal(t, 1, h.check().UnexplainedDuplicates, "no fault explains the late attempt")
+		h.events = []event{{Kind: faultSinkBlackHole, Slot: "w0", Start: h.at(100), End: h.at(450)}}
+		c := h.check()
+		require.Zero(t, mustBeZero(c), "%+v", c)
+		require.Equal(t, 1, c.DuplicatesByCause["holder_"+faultSinkBlackHole])
+	})
 }

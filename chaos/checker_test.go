@@ -200,7 +200,7 @@ func (r *run) check(drainTook time.Duration) (*report, error) {
 	rep := &report{
 		Run: r.cfg.name, Tier: r.cfg.tier, Seed: r.seed, Replay: fmt.Sprintf("CHAOS_SEED=%d", r.seed),
 		Started: r.phaseStart.UTC().Format(time.RFC3339), Refused: refused, Classes: r.cfg.classes.String(),
-		LeaseMode: cmp.Or(r.cfg.leaseMode, leaseRow),
+		LeaseMode:   cmp.Or(r.cfg.leaseMode, leaseRow),
 		FaultCounts: map[string]int{}, Groups: map[string]*counts{},
 		PhaseSeconds: r.phaseEnd.Sub(r.phaseStart).Seconds(), DrainSeconds: drainTook.Seconds(),
 	}
@@ -582,14 +582,14 @@ func truncateStr(s string, n int) string {
 // duplicate: it saw its publish fail, so the re-publish of a new lease is
 // the at-least-once retry, not a takeover.
 func explain(prev, cur delivery, claimOf map[leaseKey]auditRec, failed map[leaseKey]string, events []event, cfg runConfig) string {
-	if prev.Answer != answerOK && prev.Token <= cur.Token {
+	if prev.Answer != answerOK && !attemptBefore(cur, prev) {
 		return "answer_" + prev.Answer
 	}
-	if prev.Token == cur.Token {
+	if prev.Token == cur.Token && prev.Attempt == cur.Attempt {
 		return "unexplained: same lease delivered twice after a 2xx"
 	}
 	holder := prev
-	if cur.Token < prev.Token {
+	if attemptBefore(cur, prev) {
 		holder = cur
 	}
 	from := holder.Received.Add(-cfg.publishTimeout - time.Second)
@@ -627,6 +627,29 @@ func explain(prev, cur delivery, claimOf map[leaseKey]auditRec, failed map[lease
 		return "holder_publish_failed"
 	}
 	return fmt.Sprintf("unexplained: holder %s of lease %d had no fault in force", holder.Path, holder.Token)
+}
+
+// attemptBefore orders two deliveries of one id by the attempt each made:
+// by lease token, then by attempt number, since under shard leases one
+// token covers every attempt its owner makes (under row leases each
+// attempt is a claim with its own token).
+func attemptBefore(a, b delivery) bool {
+	if a.Token != b.Token {
+		return a.Token < b.Token
+	}
+	return a.Attempt < b.Attempt
+}
+
+// supersededAttempt reports whether a later attempt of d's id was
+// acknowledged: d is then a stale in-flight publish of an attempt its
+// holder gave up on (under shard leases, with the same token).
+func supersededAttempt(ds []delivery, d delivery) bool {
+	for _, e := range ds {
+		if e.Answer == answerOK && attemptBefore(d, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // orderingChecks counts ordering violations of an ordered table:
@@ -700,7 +723,7 @@ func orderingChecks(c *counts, rows map[int64]rowState, byID map[int64][]deliver
 				if k == 0 || prefixMax[k-1] <= id {
 					continue
 				}
-				if row.status == "done" && d.Token < row.version {
+				if row.status == "done" && (d.Token < row.version || supersededAttempt(byID[id], d)) {
 					continue
 				}
 				c.OrderingViolations++
