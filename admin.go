@@ -146,7 +146,10 @@ type Status struct {
 	// message: the key health figure. Null when nothing is undelivered.
 	OldestPendingAgeSeconds *float64 `json:"oldest_pending_age_seconds"`
 	// ExpiredLeases counts processing rows whose lease has run out (crashed
-	// or stalled workers).
+	// or stalled workers) and, under shard leases, shard leases that ran
+	// out without a takeover. Under shard leases, processing counts the
+	// messages being delivered as their dispatchers last reported them
+	// (with each shard renewal): no claim is written.
 	ExpiredLeases int64 `json:"expired_leases"`
 	// Attempts is the histogram of attempts over pending and processing
 	// rows, keyed by the attempt count in decimal.

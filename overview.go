@@ -59,11 +59,15 @@ type DispatcherInfo struct {
 	// Expired counts its leases that have run out (a crashed or stalled
 	// dispatcher); others re-claim them.
 	Expired int64
+	// Shards are the shards it holds, under shard leases (nil under row
+	// leases). Its InFlight is then what it reported at its last renewal
+	// (no claim is written) and its leases are those of its shards.
+	Shards []int
 }
 
 // Dispatchers returns the owners holding leases, by name, from the
-// processing rows alone (a partial index). A dispatcher holding none is not
-// listed.
+// processing rows alone (a partial index), then the shard-lease
+// dispatchers holding shards. A dispatcher holding none is not listed.
 func (a *Admin) Dispatchers(ctx context.Context) ([]DispatcherInfo, error) {
 	rows, err := a.store.Owners(ctx, a.db)
 	if err != nil {

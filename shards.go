@@ -236,7 +236,10 @@ func (s *shardLeases) maintain(ctx context.Context, balance bool) (renewed, gain
 func (s *shardLeases) renew(ctx context.Context) (share int, err error) {
 	d := s.d
 	start := time.Now()
-	held, alive, err := d.store.RenewShards(ctx, d.pool, d.cfg.Owner, d.cfg.Lease)
+	s.mu.Lock()
+	inFlight := len(s.inFlight)
+	s.mu.Unlock()
+	held, alive, err := d.store.RenewShards(ctx, d.pool, d.cfg.Owner, d.cfg.Lease, inFlight)
 	if err != nil {
 		return 0, err
 	}

@@ -532,3 +532,39 @@ func TestShardLeasesHungPublishGivesItsShardUp(t *testing.T) {
 	require.Equal(t, []int64{ids[0], ids[0], ids[1], ids[2]}, rec.IDs(), "the hung head again, then the rest in order")
 	require.EqualValues(t, 1, d.Stats().HungPublishes)
 }
+
+// Messages being delivered under shard leases count as processing in
+// status and the gauges, though no claim is written: each dispatcher
+// reports what it has in flight with its shard renewal. The dispatcher is
+// listed with the shards it holds.
+func TestShardLeasesStatusShowsInFlight(t *testing.T) {
+	t.Parallel()
+	b := shardBundle(t, 4)
+	ids := b.enqueueN(t, 3, "a")
+	g := newGate()
+	sink := outbox.SinkFunc(func(ctx context.Context, m *outbox.Message) error {
+		g.wait(ctx, m.ID)
+		return nil
+	})
+	cfg := shardConfig(outbox.Config{Lease: 600 * time.Millisecond, PublishTimeout: 5 * time.Second, Owner: "S"})
+	start(t, b.dispatcher(t, sink, cfg))
+	require.Equal(t, ids[0], g.next(t))
+	t.Cleanup(g.Open) // before the dispatcher stops: cleanups run last first
+
+	eventually(t, func() bool {
+		st, err := b.admin.Status(t.Context())
+		require.NoError(t, err)
+		return st.Counts["processing"] == 1 && st.Counts["pending"] == 2
+	}, "the message in flight counts as processing, its successors pending")
+	gs, err := b.admin.Gauges(t.Context())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, gs.Processing)
+	require.EqualValues(t, 2, gs.Pending)
+	ds, err := b.admin.Dispatchers(t.Context())
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.Equal(t, "S", ds[0].Owner)
+	require.EqualValues(t, 1, ds[0].InFlight)
+	require.Equal(t, []int{0, 1, 2, 3}, ds[0].Shards)
+	require.True(t, ds[0].LeaseUntil.After(time.Now().Add(-time.Minute)))
+}

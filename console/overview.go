@@ -48,6 +48,30 @@ type DispatcherView struct {
 	InFlight   int64     `json:"in_flight"`
 	LeaseUntil time.Time `json:"lease_until"`
 	Expired    int64     `json:"expired_leases"`
+	// Shards are the shards it holds under shard leases (absent under
+	// row leases).
+	Shards []int `json:"shards,omitempty"`
+}
+
+// ShardRanges is Shards as runs ("0-3, 8"), "" when it holds none.
+func (v DispatcherView) ShardRanges() string {
+	var b strings.Builder
+	for i := 0; i < len(v.Shards); {
+		j := i
+		for j+1 < len(v.Shards) && v.Shards[j+1] == v.Shards[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		if j > i {
+			fmt.Fprintf(&b, "%d-%d", v.Shards[i], v.Shards[j])
+		} else {
+			fmt.Fprintf(&b, "%d", v.Shards[i])
+		}
+		i = j + 1
+	}
+	return b.String()
 }
 
 // breakdownLimit is how many types each breakdown shows.

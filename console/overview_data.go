@@ -33,7 +33,7 @@ func dispatchers(ctx context.Context, t *table) ([]DispatcherView, error) {
 	}
 	out := make([]DispatcherView, len(ds))
 	for i, d := range ds {
-		out[i] = DispatcherView{Owner: d.Owner, InFlight: d.InFlight, LeaseUntil: d.LeaseUntil, Expired: d.Expired}
+		out[i] = DispatcherView{Owner: d.Owner, InFlight: d.InFlight, LeaseUntil: d.LeaseUntil, Expired: d.Expired, Shards: d.Shards}
 	}
 	return out, nil
 }

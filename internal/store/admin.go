@@ -49,6 +49,17 @@ func (s *Store) Status(ctx context.Context, db DB) (Status, error) {
 		}
 		st.Attempts[n] = v
 	}
+	// Under shard leases no claim is written: the messages being
+	// delivered are pending in the table, and their dispatchers report
+	// them.
+	inFlight, expired, err := s.shardFigures(ctx, db)
+	if err != nil {
+		return Status{}, err
+	}
+	moved := min(inFlight, st.Counts[StatusPending])
+	st.Counts[StatusPending] -= moved
+	st.Counts[StatusProcessing] += moved
+	st.ExpiredLeases += expired
 	st.OldestPendingAge = -1
 	if age != nil && !math.IsNaN(*age) {
 		st.OldestPendingAge = time.Duration(*age * float64(time.Second))

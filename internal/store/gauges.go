@@ -35,5 +35,11 @@ func (s *Store) Gauges(ctx context.Context, db DB) (Gauges, error) {
 		return Gauges{}, translate(err)
 	}
 	g.OldestPendingAge = time.Duration(age * float64(time.Second))
+	inFlight, expired, err := s.shardFigures(ctx, db)
+	if err != nil {
+		return Gauges{}, err
+	}
+	moved := min(inFlight, g.Pending)
+	g.Pending, g.Processing, g.ExpiredLeases = g.Pending-moved, g.Processing+moved, g.ExpiredLeases+expired
 	return g, nil
 }

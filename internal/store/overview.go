@@ -38,6 +38,7 @@ type Owner struct {
 	InFlight   int64
 	LeaseUntil time.Time
 	Expired    int64
+	Shards     []int // under shard leases, the shards held
 }
 
 // Owners returns the owners holding leases, by name.
@@ -51,5 +52,25 @@ func (s *Store) Owners(ctx context.Context, db DB) ([]Owner, error) {
 		err := row.Scan(&o.Owner, &o.InFlight, &o.LeaseUntil, &o.Expired)
 		return o, err
 	})
-	return out, translate(err)
+	if err != nil {
+		return nil, translate(err)
+	}
+	exists, current, err := s.shardState(ctx, db)
+	if err != nil || !exists || !current {
+		return out, err
+	}
+	rows, err = db.Query(ctx, s.shards.owners)
+	if err != nil {
+		return nil, translate(err)
+	}
+	shardOwners, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Owner, error) {
+		var o Owner
+		var shards []int32
+		err := row.Scan(&o.Owner, &o.InFlight, &o.LeaseUntil, &o.Expired, &shards)
+		for _, n := range shards {
+			o.Shards = append(o.Shards, int(n))
+		}
+		return o, err
+	})
+	return append(out, shardOwners...), translate(err)
 }

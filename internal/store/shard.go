@@ -17,7 +17,7 @@ const MaxShards = 4096
 // shardSQL are the shard-lease statements (docs/shard-leases.md).
 type shardSQL struct {
 	exists, count, renew, acquire, release, read, finalize, requeue string
-	leave, free, isolate                                            string
+	leave, free, isolate, status, owners                            string
 }
 
 func loadShards(load func(string) string) shardSQL {
@@ -33,6 +33,8 @@ func loadShards(load func(string) string) shardSQL {
 		leave:    load("sql/shard_leave.sql"),
 		free:     load("sql/shard_free.sql"),
 		isolate:  load("sql/shard_isolate.sql"),
+		status:   load("sql/shard_status.sql"),
+		owners:   load("sql/shard_owners.sql"),
 	}
 }
 
@@ -65,21 +67,39 @@ func (s *Store) EnableShards(ctx context.Context, db pgx.Tx, n int) error {
 // ShardCount is the table's number of shards, 0 when shard leases are not
 // enabled.
 func (s *Store) ShardCount(ctx context.Context, db DB) (int, error) {
-	var exists, current bool
-	if err := db.QueryRow(ctx, s.shards.exists, s.Table.ident(suffixShards)).Scan(&exists, &current); err != nil || !exists {
-		return 0, translate(err)
+	exists, _, err := s.shardState(ctx, db)
+	if err != nil || !exists {
+		return 0, err
 	}
 	var n int
-	err := db.QueryRow(ctx, s.shards.count).Scan(&n)
+	err = db.QueryRow(ctx, s.shards.count).Scan(&n)
 	return n, translate(err)
 }
 
 // ShardsCurrent reports whether the table's shard table has every column
 // this version's statements use (a table without shards is current).
 func (s *Store) ShardsCurrent(ctx context.Context, db DB) (bool, error) {
-	var exists, current bool
-	err := db.QueryRow(ctx, s.shards.exists, s.Table.ident(suffixShards)).Scan(&exists, &current)
-	return !exists || current, translate(err)
+	exists, current, err := s.shardState(ctx, db)
+	return !exists || current, err
+}
+
+// shardState reports whether the table has shards, and whether they are
+// current.
+func (s *Store) shardState(ctx context.Context, db DB) (exists, current bool, err error) {
+	err = db.QueryRow(ctx, s.shards.exists, s.Table.ident(suffixShards), s.Table.ident(suffixShardMembers)).Scan(&exists, &current)
+	return exists, current, translate(err)
+}
+
+// shardFigures are what shard-lease dispatchers report for status: the
+// messages in flight (pending in the table) and the shard leases that ran
+// out; zero when the table has no current shards.
+func (s *Store) shardFigures(ctx context.Context, db DB) (inFlight, expired int64, err error) {
+	exists, current, err := s.shardState(ctx, db)
+	if err != nil || !exists || !current {
+		return 0, 0, err
+	}
+	err = db.QueryRow(ctx, s.shards.status).Scan(&inFlight, &expired)
+	return inFlight, expired, translate(err)
 }
 
 // ShardLease is one shard held: its number and fencing token.
@@ -88,10 +108,10 @@ type ShardLease struct {
 	Token int64
 }
 
-// RenewShards marks owner alive, extends the leases it still holds and
-// returns them with the number of dispatchers alive, owner included.
-func (s *Store) RenewShards(ctx context.Context, db DB, owner string, lease time.Duration) ([]ShardLease, int, error) {
-	rows, err := db.Query(ctx, s.shards.renew, ownerText(owner), lease.Microseconds())
+// RenewShards marks owner alive with inFlight messages in flight, extends
+// the leases it still holds and returns them with the number of dispatchers alive, owner included.
+func (s *Store) RenewShards(ctx context.Context, db DB, owner string, lease time.Duration, inFlight int) ([]ShardLease, int, error) {
+	rows, err := db.Query(ctx, s.shards.renew, ownerText(owner), lease.Microseconds(), inFlight)
 	if err != nil {
 		return nil, 0, translate(err)
 	}

@@ -102,10 +102,10 @@ func TestShardLeasesShareAndRelease(t *testing.T) {
 	a := b.acquire(t, "A", 8)
 	require.Len(t, a, 8)
 	require.Empty(t, b.acquire(t, "B", 8), "every shard is held")
-	_, alive, err := b.st.RenewShards(t.Context(), b.pool, "B", time.Minute)
+	_, alive, err := b.st.RenewShards(t.Context(), b.pool, "B", time.Minute, 0)
 	require.NoError(t, err)
 	require.Equal(t, 1, alive, "B is alive, A has not renewed yet")
-	held, alive, err := b.st.RenewShards(t.Context(), b.pool, "A", time.Minute)
+	held, alive, err := b.st.RenewShards(t.Context(), b.pool, "A", time.Minute, 0)
 	require.NoError(t, err)
 	require.Equal(t, 2, alive)
 	require.Len(t, held, 8)
@@ -118,7 +118,7 @@ func TestShardLeasesShareAndRelease(t *testing.T) {
 	for _, g := range got {
 		require.Zero(t, g.Strikes, "a released shard carries no strike")
 	}
-	held, _, err = b.st.RenewShards(t.Context(), b.pool, "A", time.Minute)
+	held, _, err = b.st.RenewShards(t.Context(), b.pool, "A", time.Minute, 0)
 	require.NoError(t, err)
 	require.Len(t, held, 4)
 }

@@ -20,9 +20,12 @@ CREATE TABLE IF NOT EXISTS {{shards}} (
 ALTER TABLE {{shards}} ADD COLUMN IF NOT EXISTS isolate_through bigint;
 INSERT INTO {{shards}} (shard) SELECT generate_series(0, {{shard_count}} - 1) ON CONFLICT DO NOTHING;
 CREATE TABLE IF NOT EXISTS {{shard_members}} (
-    owner text PRIMARY KEY,
-    seen  timestamptz NOT NULL
+    owner     text PRIMARY KEY,
+    seen      timestamptz NOT NULL,
+    -- Messages it had in flight at its last renewal, for status.
+    in_flight integer NOT NULL DEFAULT 0
 );
+ALTER TABLE {{shard_members}} ADD COLUMN IF NOT EXISTS in_flight integer NOT NULL DEFAULT 0;
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS shard integer;
 CREATE OR REPLACE FUNCTION {{shard_function}}() RETURNS trigger LANGUAGE plpgsql AS {{tag}}
 BEGIN

@@ -1,9 +1,10 @@
--- Renew: mark this dispatcher alive and extend the leases it holds.
--- $1 owner, $2 lease (microseconds). Returns the shards held, their tokens
--- and the number of dispatchers alive (this one included).
+-- Renew: mark this dispatcher alive, record what it has in flight (for
+-- status) and extend the leases it holds. $1 owner, $2 lease
+-- (microseconds), $3 messages in flight. Returns the shards held, their
+-- tokens and the number of dispatchers alive (this one included).
 WITH member AS (
-    INSERT INTO {{shard_members}} AS m (owner, seen) VALUES ($1, now())
-    ON CONFLICT (owner) DO UPDATE SET seen = now()
+    INSERT INTO {{shard_members}} AS m (owner, seen, in_flight) VALUES ($1, now(), $3)
+    ON CONFLICT (owner) DO UPDATE SET seen = now(), in_flight = $3
 ),
 held AS (
     UPDATE {{shards}} AS s
