@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -55,27 +56,36 @@ func (s *shardLeases) claim(ctx context.Context, batch int, clearWait bool) ([]s
 			return nil, time.Time{}, err
 		}
 	}
-	plain, isolated, exclude := s.readPlan()
+	plain, isolated, exclude, tokens := s.readPlan()
 	var rows []store.Row
 	var now time.Time
 	if len(isolated) > 0 {
-		got, at, err := s.d.store.ReadShards(ctx, s.d.pool, isolated, exclude, 1)
+		got, at, err := s.d.store.ReadShards(ctx, s.d.pool, s.d.cfg.Owner, leasesOf(isolated, tokens), exclude, 1)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
-		if rows, err = s.isolate(ctx, isolated, got, batch); err != nil {
+		if rows, err = s.isolate(ctx, isolated, tokens, got, batch); err != nil {
 			return nil, time.Time{}, err
 		}
 		now = at
 	}
 	if room := batch - len(rows); room > 0 && len(plain) > 0 {
-		got, at, err := s.d.store.ReadShards(ctx, s.d.pool, plain, exclude, (room+len(plain)-1)/len(plain))
+		got, at, err := s.d.store.ReadShards(ctx, s.d.pool, s.d.cfg.Owner, leasesOf(plain, tokens), exclude, (room+len(plain)-1)/len(plain))
 		if err != nil {
 			return nil, time.Time{}, err
 		}
 		rows, now = append(rows, got[:min(len(got), room)]...), at
 	}
-	return s.lease(rows), now, nil
+	return s.lease(rows, tokens), now, nil
+}
+
+// leasesOf pairs shards with the tokens they are held under.
+func leasesOf(shards []int, tokens map[int]int64) []store.ShardLease {
+	out := make([]store.ShardLease, len(shards))
+	for i, shard := range shards {
+		out[i] = store.ShardLease{Shard: shard, Token: tokens[shard]}
+	}
+	return out
 }
 
 // isolate writes, before any of them goes out, the declaration of each
@@ -84,7 +94,7 @@ func (s *shardLeases) claim(ctx context.Context, batch int, clearWait bool) ([]s
 // message past isolate_through cannot have been in flight when the owner
 // died. It returns the rows to deliver, at most batch, all of shards still
 // held.
-func (s *shardLeases) isolate(ctx context.Context, shards []int, read []store.Row, batch int) ([]store.Row, error) {
+func (s *shardLeases) isolate(ctx context.Context, shards []int, tokens map[int]int64, read []store.Row, batch int) ([]store.Row, error) {
 	byShard := make(map[int]store.Row, len(read))
 	for _, r := range read {
 		byShard[r.Shard] = r
@@ -95,7 +105,7 @@ func (s *shardLeases) isolate(ctx context.Context, shards []int, read []store.Ro
 	s.mu.Lock()
 	for _, shard := range shards {
 		r, ok := byShard[shard]
-		l := store.ShardLease{Shard: shard, Token: s.held[shard]}
+		l := store.ShardLease{Shard: shard, Token: tokens[shard]}
 		switch {
 		case !ok || r.ID > s.isolated[shard]:
 			writes, ended[shard] = append(writes, store.Isolation{ShardLease: l}), true
@@ -147,11 +157,13 @@ func (s *shardLeases) undelivered(ctx context.Context) (bool, error) {
 }
 
 // readPlan splits the held shards into those read normally and the
-// isolated ones free to deliver their next message, and lists the ids in
-// flight.
-func (s *shardLeases) readPlan() (plain, isolated []int, exclude []int64) {
+// isolated ones free to deliver their next message, lists the ids in
+// flight, and notes each shard's token: the rows read are delivered under
+// it.
+func (s *shardLeases) readPlan() (plain, isolated []int, exclude []int64, tokens map[int]int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	tokens = maps.Clone(s.held)
 	for id := range s.inFlight {
 		exclude = append(exclude, id)
 	}
@@ -166,7 +178,7 @@ func (s *shardLeases) readPlan() (plain, isolated []int, exclude []int64) {
 			isolated = append(isolated, shard)
 		}
 	}
-	return plain, isolated, exclude
+	return plain, isolated, exclude, tokens
 }
 
 // busyLocked is the set of shards with a message in flight; s.mu is held.
@@ -188,16 +200,24 @@ func (s *shardLeases) heldLocked() []int {
 	return shards
 }
 
-// lease stamps each row with its shard's token and records it in flight.
-func (s *shardLeases) lease(rows []store.Row) []store.Row {
+// lease stamps each row with the token its shard had when it was read,
+// and records it in flight. Rows of a shard lost or given up since (the
+// keeper runs beside the read) are dropped: they are no longer this
+// dispatcher's to deliver.
+func (s *shardLeases) lease(rows []store.Row, tokens map[int]int64) []store.Row {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i := range rows {
-		r := &rows[i]
-		r.LeaseVersion = s.held[r.Shard]
-		s.inFlight[r.ID] = store.ShardLease{Shard: r.Shard, Token: r.LeaseVersion}
+	kept := rows[:0]
+	for _, r := range rows {
+		token, ok := tokens[r.Shard]
+		if !ok || s.held[r.Shard] != token {
+			continue
+		}
+		r.LeaseVersion = token
+		s.inFlight[r.ID] = store.ShardLease{Shard: r.Shard, Token: token}
+		kept = append(kept, r)
 	}
-	return rows
+	return kept
 }
 
 // settled forgets the ids of a finalized batch (written or not: a row left
@@ -337,31 +357,34 @@ func (s *shardLeases) acquire(ctx context.Context, n int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	var errs []error
 	for _, a := range got {
+		// A message to bury is written dead before its shard can be read:
+		// the fetcher would otherwise deliver it once more meanwhile. If
+		// the write fails, the shard is left unread until the next
+		// renewal lists it, and the message goes out once more.
+		if a.Attempts != nil && *a.Attempts >= d.cfg.MaxAttempts {
+			if err := s.bury(ctx, a); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		} else if a.Attempts != nil {
+			d.log.WarnContext(ctx, "took over a shard whose owner died delivering this message alone: the crash counts as an attempt",
+				slog.Int("shard", a.Shard), slog.Int64("outbox_id", *a.StrikeID), slog.Int("strikes", a.Strikes),
+				slog.Int("attempts", *a.Attempts))
+		}
+		if a.IsolateThrough != nil && a.Attempts == nil {
+			d.log.InfoContext(ctx, "took over a shard whose owner did not release it: delivering its first messages one at a time",
+				slog.Int("shard", a.Shard), slog.Int64("through_id", *a.IsolateThrough))
+		}
 		s.mu.Lock()
 		s.held[a.Shard] = a.Token
 		if a.IsolateThrough != nil {
 			s.isolated[a.Shard] = *a.IsolateThrough
 		}
 		s.mu.Unlock()
-		if a.IsolateThrough != nil && a.Attempts == nil {
-			d.log.InfoContext(ctx, "took over a shard whose owner did not release it: delivering its first messages one at a time",
-				slog.Int("shard", a.Shard), slog.Int64("through_id", *a.IsolateThrough))
-		}
-		if a.Attempts == nil {
-			continue
-		}
-		if *a.Attempts >= d.cfg.MaxAttempts {
-			if err := s.bury(ctx, a); err != nil {
-				return len(got), err
-			}
-			continue
-		}
-		d.log.WarnContext(ctx, "took over a shard whose owner died delivering this message alone: the crash counts as an attempt",
-			slog.Int("shard", a.Shard), slog.Int64("outbox_id", *a.StrikeID), slog.Int("strikes", a.Strikes),
-			slog.Int("attempts", *a.Attempts))
 	}
-	return len(got), nil
+	return len(got), errors.Join(errs...)
 }
 
 // bury writes dead the message whose owners died delivering it alone until

@@ -145,7 +145,9 @@ func TestShardLeasesTakeoverFencesTheStalledDispatcher(t *testing.T) {
 	require.Zero(t, stalled.Stats().Done)
 }
 
-// A message that kills every dispatcher delivering it goes dead: the first
+// A message that kills every dispatcher delivering it goes dead (a
+// dispatcher "dies" with its publish hung; its lease is long enough that
+// it does not renew, and so revive, during the test): the first
 // death, in normal delivery, charges nobody and isolates the shard; each
 // later one, with the message declared alone in flight, costs it an
 // attempt, shown to the next delivery. The healthy messages of its shard
@@ -177,7 +179,7 @@ func TestShardLeasesPoisonGoesDead(t *testing.T) {
 		}
 		return sink(ctx, m)
 	})
-	cfg := shardConfig(outbox.Config{Lease: 30 * time.Second, MaxAttempts: 3, Hook: settled})
+	cfg := shardConfig(outbox.Config{Lease: 3 * time.Minute, MaxAttempts: 3, Hook: settled})
 	for range cfg.MaxAttempts + 1 {
 		start(t, b.dispatcher(t, attemptOf, cfg))
 		select {
@@ -237,7 +239,7 @@ func TestShardLeasesCrashChargesOnlyTheMessageInFlight(t *testing.T) {
 		}
 		return nil
 	})
-	cfg := shardConfig(outbox.Config{Lease: 30 * time.Second, MaxAttempts: 3, Workers: 1, BatchSize: 1})
+	cfg := shardConfig(outbox.Config{Lease: 3 * time.Minute, MaxAttempts: 3, Workers: 1, BatchSize: 1})
 	for i := range cfg.MaxAttempts + 1 {
 		start(t, b.dispatcher(t, sink, cfg))
 		if i == 0 {

@@ -233,8 +233,10 @@ func (r *run) check(drainTook time.Duration) (*report, error) {
 			if g.shardAcqs, err = r.loadShardAudit(ctx, g); err != nil {
 				return nil, err
 			}
+			ownersFromShards(byGroup[g.name], rows, g.shardAcqs)
+		} else {
+			ownersFromAudit(byGroup[g.name], audit)
 		}
-		ownersFromAudit(byGroup[g.name], audit)
 		c := checkGroup(g, rows, audit, byGroup[g.name], events, r.cfg, r.rejectedLeases(g.name))
 		if err := r.classFigures(ctx, g, c); err != nil {
 			return nil, err

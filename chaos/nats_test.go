@@ -151,6 +151,21 @@ func (n *natsRecorder) delivery(m *jetstream.RawStreamMsg) delivery {
 		Agg: dec("Outbox-Aggregate-Id"), EventType: dec("Outbox-Event-Type"), body: m.Data}
 }
 
+// ownersFromShards names the owner of each delivery that does not carry
+// one (the broker's) under shard leases: the incarnation whose takeover
+// gave the delivery's row's shard the delivery's token.
+func ownersFromShards(dels []delivery, rows map[int64]rowState, acqs []shardAcq) {
+	holder := map[[2]int64]string{}
+	for _, a := range acqs {
+		holder[[2]int64{int64(a.shard), a.token}] = a.owner
+	}
+	for i := range dels {
+		if row, ok := rows[dels[i].ID]; ok && dels[i].Path == "" {
+			dels[i].Path = holder[[2]int64{int64(row.shard), dels[i].Token}]
+		}
+	}
+}
+
 // ownersFromAudit names the owner of each delivery that does not carry
 // one (the broker's): the incarnation whose claim took the lease the
 // delivery's token is.

@@ -112,7 +112,11 @@ func shardStep(b *testing.B, st *store.Store, pool *pgxpool.Pool, owner string, 
 	held, err := st.AcquireShards(context.Background(), pool, owner, time.Hour, take, 100)
 	require.NoError(b, err)
 	return func(ctx context.Context, pool *pgxpool.Pool) (int, error) {
-		rows, _, err := st.ReadShards(ctx, pool, shardsOf(held), nil, perShard)
+		leases := make([]store.ShardLease, len(held))
+		for i := range held {
+			leases[i] = held[i].ShardLease
+		}
+		rows, _, err := st.ReadShards(ctx, pool, owner, leases, nil, perShard)
 		if err != nil {
 			return 0, err
 		}

@@ -5,20 +5,19 @@ import (
 	"time"
 )
 
-// ReadShards returns up to perShard pending rows of each shard, oldest
-// first, each the head of its aggregate (no earlier unfinished row), and
-// skipping the ids in inFlight. It locks and writes nothing. Each row's
-// Attempts is the delivery about to be made (failures so far plus one),
-// its Shard set; LeaseVersion is left for the caller (the shard's token).
-func (s *Store) ReadShards(ctx context.Context, db DB, shards []int, inFlight []int64, perShard int) ([]Row, time.Time, error) {
-	ids := make([]int32, len(shards))
-	for i, n := range shards {
-		ids[i] = int32(n)
-	}
+// ReadShards returns up to perShard pending rows of each shard held,
+// oldest first, each the head of its aggregate (no earlier unfinished
+// row), and skipping the ids in inFlight. It locks and writes nothing, and
+// reads only the shards owner still holds under the tokens given. Each
+// row's Attempts is the delivery about to be made (failures so far plus
+// one), its Shard set; LeaseVersion is left for the caller (the shard's
+// token).
+func (s *Store) ReadShards(ctx context.Context, db DB, owner string, held []ShardLease, inFlight []int64, perShard int) ([]Row, time.Time, error) {
+	ids, tokens := splitLeases(held)
 	if inFlight == nil {
 		inFlight = []int64{}
 	}
-	rows, err := db.Query(ctx, s.shards.read, ids, inFlight, perShard)
+	rows, err := db.Query(ctx, s.shards.read, ids, inFlight, perShard, tokens, ownerText(owner))
 	if err != nil {
 		return nil, time.Time{}, translate(err)
 	}
