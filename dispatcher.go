@@ -203,7 +203,10 @@ func (d *Dispatcher) relay(ctx context.Context, drain bool, mode leaseMode, leas
 	verdicts := make(chan verdict, size)
 
 	var workers sync.WaitGroup
-	w := &worker{d: d, leases: leases}
+	w := &worker{
+		cfg: d.cfg, breaker: &d.breaker, sizer: d.sizer, leases: leases,
+		publish: d.publish, observe: d.observeSink, classify: d.classify,
+	}
 	for range d.cfg.Workers {
 		workers.Go(func() { w.run(ctx, claims, verdicts) })
 	}
@@ -214,7 +217,11 @@ func (d *Dispatcher) relay(ctx context.Context, drain bool, mode leaseMode, leas
 		c.run(verdicts)
 	}()
 
-	f := &fetcher{d: d, mode: mode, drain: drain, slots: capacity, leases: leases, out: claims}
+	f := &fetcher{
+		cfg: d.cfg, mode: mode, store: d.store, pool: d.pool, sizer: d.sizer, breaker: &d.breaker, stats: &d.stats,
+		hook: d.hook, log: d.log, wake: d.wake, listening: &d.listening,
+		drain: drain, slots: capacity, leases: leases, out: claims,
+	}
 	f.run(ctx)
 
 	close(claims)

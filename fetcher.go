@@ -3,7 +3,10 @@ package outbox
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outbox/internal/failpoint"
 	"github.com/outboxd/outbox/internal/service"
@@ -36,8 +39,20 @@ func (c *claimed) dbTime() time.Time { return c.dbNow.Add(time.Since(c.claimedAt
 // registration, the ordered sweep's cursor, the cooldown and the error
 // backoff.
 type fetcher struct {
-	d      *Dispatcher
-	mode   leaseMode
+	cfg     *Config
+	mode    leaseMode
+	store   *store.Store
+	pool    *pgxpool.Pool
+	sizer   *claimSizer
+	breaker *breaker
+	stats   *counters
+	hook    Hook
+	log     *slog.Logger
+	// wake fires when a notification arrived; listening tells whether
+	// the listener is up, so that registering as a waiter is worth it.
+	wake      <-chan struct{}
+	listening *atomic.Bool
+
 	drain  bool // return once nothing is left to deliver
 	slots  *slots
 	leases *leaseRegistry
@@ -54,8 +69,8 @@ type fetcher struct {
 
 // run claims until ctx is done, or in drain mode until nothing is left.
 func (f *fetcher) run(ctx context.Context) {
-	f.cool = cooldown{max: f.d.cfg.FetchCooldown}
-	f.poll = time.NewTimer(f.d.cfg.PollInterval)
+	f.cool = cooldown{max: f.cfg.FetchCooldown}
+	f.poll = time.NewTimer(f.cfg.PollInterval)
 	defer f.poll.Stop()
 	for ctx.Err() == nil && f.step(ctx) {
 	}
@@ -64,7 +79,7 @@ func (f *fetcher) run(ctx context.Context) {
 // step is one turn of the loop: wait for room, claim, then hand the rows
 // over or go idle. It returns false when the fetcher is to stop.
 func (f *fetcher) step(ctx context.Context) bool {
-	room := f.slots.room(f.d.sizer, f.d.cfg.BatchSize)
+	room := f.slots.room(f.sizer, f.cfg.BatchSize)
 	if room == 0 {
 		// The workers hold as many rows as they can start well inside
 		// the lease: wait for the completer.
@@ -109,7 +124,6 @@ func (f *fetcher) step(ctx context.Context) bool {
 // would strand its rows until their leases expire. Rows it returns after
 // shutdown began are released by the workers.
 func (f *fetcher) claim(ctx context.Context, batch int) ([]store.Row, time.Time, error) {
-	d := f.d
 	start := time.Now()
 	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
@@ -117,9 +131,9 @@ func (f *fetcher) claim(ctx context.Context, batch int) ([]store.Row, time.Time,
 	if err == nil {
 		f.cool.claimed(time.Since(start), len(rows), f.clearWait)
 	}
-	d.breaker.claimed(len(rows))
-	d.stats.claims.Add(1)
-	d.hook.OnClaim(ClaimEvent{Rows: len(rows), Duration: time.Since(start), Err: err})
+	f.breaker.claimed(len(rows))
+	f.stats.claims.Add(1)
+	f.hook.OnClaim(ClaimEvent{Rows: len(rows), Duration: time.Since(start), Err: err})
 	return rows, dbNow, err
 }
 
@@ -127,9 +141,8 @@ func (f *fetcher) claim(ctx context.Context, batch int) ([]store.Row, time.Time,
 // to the workers. start is when the claim was sent: leases are measured
 // from then.
 func (f *fetcher) emit(rows []store.Row, start, dbNow time.Time) {
-	d := f.d
 	failpoint.Hit("after-claim")
-	d.stats.claimed.Add(int64(len(rows)))
+	f.stats.claimed.Add(int64(len(rows)))
 	f.slots.take(len(rows))
 	claimedAt := time.Now()
 	claims := make([]claimed, len(rows))
@@ -138,9 +151,9 @@ func (f *fetcher) emit(rows []store.Row, start, dbNow time.Time) {
 		r := &rows[i]
 		claims[i] = claimed{
 			msg: Message{
-				ID: r.ID, IDNamespace: d.cfg.IDNamespace, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
+				ID: r.ID, IDNamespace: f.cfg.IDNamespace, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
 				EventType: r.EventType, Payload: r.Payload, CreatedAt: r.CreatedAt,
-				Attempt: r.Attempts, FencingToken: r.LeaseVersion, Headers: d.headers(r),
+				Attempt: r.Attempts, FencingToken: r.LeaseVersion, Headers: f.headers(r),
 			},
 			dbNow:     dbNow,
 			claimedAt: claimedAt,
@@ -160,25 +173,24 @@ func (f *fetcher) claimFailed(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return false
 	}
-	f.errBackoff = min(max(f.errBackoff*2, 50*time.Millisecond), f.d.cfg.PollInterval, 5*time.Second)
-	f.d.logClaimError(ctx, err, f.errBackoff)
+	f.errBackoff = min(max(f.errBackoff*2, 50*time.Millisecond), f.cfg.PollInterval, 5*time.Second)
+	f.logClaimError(ctx, err, f.errBackoff)
 	return f.sleep(ctx, nil, f.errBackoff)
 }
 
 // idle waits after a claim found nothing claimable. In drain mode it
 // returns false once nothing is left to deliver.
 func (f *fetcher) idle(ctx context.Context) bool {
-	d := f.d
 	if f.drain {
 		if f.slots.inUse() > 0 {
-			return f.sleep(ctx, f.slots.released(), d.cfg.PollInterval)
+			return f.sleep(ctx, f.slots.released(), f.cfg.PollInterval)
 		}
 		more, err := f.mode.undelivered(ctx)
 		if err == nil && !more {
 			return false
 		}
 	}
-	if d.listening.Load() && !f.waiting {
+	if f.listening.Load() && !f.waiting {
 		// Producers notify while we are registered, and every notifying
 		// commit takes a global lock. Registering at most once per
 		// cooldown bounds that cost under a trickle of inserts, at the
@@ -189,21 +201,21 @@ func (f *fetcher) idle(ctx context.Context) bool {
 		// Register as idle, then look once more: a row committed before
 		// the registration was visible to producers would otherwise wait
 		// a whole poll interval.
-		if err := d.store.Wait(ctx, d.pool, d.cfg.Owner, 3*d.cfg.PollInterval); err == nil {
+		if err := f.store.Wait(ctx, f.pool, f.cfg.Owner, 3*f.cfg.PollInterval); err == nil {
 			f.waiting, f.registeredAt = true, time.Now()
 			// The claim that follows sees every commit that notified so
 			// far: a wake-up already pending (the listener's start, say)
 			// would only wake the idle fetcher again for nothing, and its
 			// claim would clear the waiter row just registered.
 			select {
-			case <-d.wake:
+			case <-f.wake:
 			default:
 			}
 			return true
 		}
 	}
-	d.hook.OnIdle(IdleEvent{Registered: f.waiting && d.listening.Load(), Wait: d.cfg.PollInterval})
-	if !f.sleep(ctx, f.headFreed(), d.cfg.PollInterval) {
+	f.hook.OnIdle(IdleEvent{Registered: f.waiting && f.listening.Load(), Wait: f.cfg.PollInterval})
+	if !f.sleep(ctx, f.headFreed(), f.cfg.PollInterval) {
 		return false
 	}
 	f.clearWait = f.waiting
@@ -216,7 +228,7 @@ func (f *fetcher) sleep(ctx context.Context, extra <-chan struct{}, dur time.Dur
 	select {
 	case <-ctx.Done():
 		return false
-	case <-f.d.wake:
+	case <-f.wake:
 	case <-extra:
 	case <-f.poll.C:
 	}
@@ -227,16 +239,16 @@ func (f *fetcher) sleep(ctx context.Context, extra <-chan struct{}, dur time.Dur
 // probe of a paused sink, or none, in which case the fetcher sleeps for
 // wait or until extra fires (the probe's finalize).
 func (f *fetcher) gate() (batch int, wait time.Duration, extra <-chan struct{}) {
-	limit, wait := f.d.breaker.gate(f.slots.inUse())
+	limit, wait := f.breaker.gate(f.slots.inUse())
 	switch {
 	case wait > 0:
 		return 0, wait, nil
 	case limit == 0:
-		return 0, f.d.cfg.PollInterval, f.slots.released()
+		return 0, f.cfg.PollInterval, f.slots.released()
 	case limit > 0:
-		return min(limit, f.d.cfg.BatchSize), 0, nil
+		return min(limit, f.cfg.BatchSize), 0, nil
 	}
-	return f.d.cfg.BatchSize, 0, nil
+	return f.cfg.BatchSize, 0, nil
 }
 
 // headFreed is what, besides a notification, ends an idle wait: when each
@@ -253,19 +265,19 @@ func (f *fetcher) headFreed() <-chan struct{} {
 
 // headers are a claimed row's headers, decoded by the store; a column that
 // is not a JSON object is logged and dropped.
-func (d *Dispatcher) headers(r *store.Row) map[string]string {
+func (f *fetcher) headers(r *store.Row) map[string]string {
 	if r.BadHeaders {
-		d.log.Warn("ignoring headers that are not a JSON object", slog.Int64("outbox_id", r.ID))
+		f.log.Warn("ignoring headers that are not a JSON object", slog.Int64("outbox_id", r.ID))
 	}
 	return r.Headers
 }
 
 // logClaimError logs a failed claim, with the fix when a transaction
 // pooler caused it (the start-up statements may have met a clean session).
-func (d *Dispatcher) logClaimError(ctx context.Context, err error, retryIn time.Duration) {
+func (f *fetcher) logClaimError(ctx context.Context, err error, retryIn time.Duration) {
 	attrs := []any{slog.Any("error", err), slog.Duration("retry_in", retryIn)}
 	if IsPoolerError(err) {
 		attrs = append(attrs, slog.String("fix", PoolerFix))
 	}
-	d.log.ErrorContext(ctx, "claim failed; retrying", attrs...)
+	f.log.ErrorContext(ctx, "claim failed; retrying", attrs...)
 }

@@ -58,7 +58,7 @@ func (d *Dispatcher) newLeaseMode(ctx context.Context) (leaseMode, error) {
 	rows := &rowLeases{
 		store: d.store, pool: d.pool, owner: d.cfg.Owner, lease: d.cfg.Lease, maxAttempts: d.cfg.MaxAttempts,
 		beat: func(leases *leaseRegistry) func(context.Context) {
-			return (&heartbeat{d: d, leases: leases}).run
+			return (&heartbeat{cfg: d.cfg, store: d.store, pool: d.pool, stats: &d.stats, hook: d.hook, log: d.log, leases: leases}).run
 		},
 		beatEvery: d.cfg.HeartbeatInterval,
 	}

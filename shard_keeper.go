@@ -35,24 +35,23 @@ func (s *shardLeases) keeper(run context.Context, leases *leaseRegistry) func(co
 // tick is how often the keeper looks: often enough to renew on time and
 // to notice free shards within a poll interval.
 func (s *shardLeases) tick() time.Duration {
-	return max(min(s.d.cfg.PollInterval, s.d.cfg.renewEvery()/4), time.Millisecond)
+	return max(min(s.cfg.PollInterval, s.cfg.renewEvery()/4), time.Millisecond)
 }
 
 // keep runs one turn of the keeper.
 func (s *shardLeases) keep(ctx context.Context, balance bool, leases *leaseRegistry) {
-	d := s.d
 	start := time.Now()
 	renewed, gained, err := s.maintain(ctx, balance)
 	if gained {
 		// Rows of the new shards are waiting: read them now, not at
 		// the next poll.
 		select {
-		case d.wake <- struct{}{}:
+		case s.wake <- struct{}{}:
 		default:
 		}
 	}
 	if err != nil {
-		d.log.WarnContext(ctx, "shard renewal failed; publishes past their lease will be cancelled", slog.Any("error", err))
+		s.log.WarnContext(ctx, "shard renewal failed; publishes past their lease will be cancelled", slog.Any("error", err))
 		for _, l := range leases.overdue() {
 			leases.cancel(l, ErrLeaseLost)
 		}
@@ -65,12 +64,12 @@ func (s *shardLeases) keep(ctx context.Context, balance bool, leases *leaseRegis
 	for _, l := range lost {
 		if leases.publishing(l) {
 			leases.cancel(l, ErrLeaseLost)
-			d.log.Warn("shard lease lost during publish; cancelling it",
+			s.log.Warn("shard lease lost during publish; cancelling it",
 				slog.Int64("outbox_id", l.ID), slog.Int64("lease_version", l.Version))
 		}
 	}
-	d.stats.heartbeats.Add(1)
-	d.hook.OnHeartbeat(HeartbeatEvent{Rows: kept, LeaseLost: len(lost), Duration: time.Since(start), Err: err})
+	s.stats.heartbeats.Add(1)
+	s.hook.OnHeartbeat(HeartbeatEvent{Rows: kept, LeaseLost: len(lost), Duration: time.Since(start), Err: err})
 }
 
 // holds reports whether the lease of a row in flight still holds: its
@@ -91,17 +90,16 @@ func (s *shardLeases) holds(l store.Lease) bool {
 // next, under a new token, delivers the message again, and the hung
 // publish's late finalize is fenced off.
 func (s *shardLeases) abandonHung(ctx context.Context, leases *leaseRegistry) {
-	d := s.d
-	_, newlyHung := leases.beatable(time.Now().Add(-d.cfg.PublishTimeout - d.cfg.renewEvery()))
+	_, newlyHung := leases.beatable(time.Now().Add(-s.cfg.PublishTimeout - s.cfg.renewEvery()))
 	s.mu.Lock()
 	for _, l := range newlyHung {
-		d.stats.hung.Add(1)
+		s.stats.hung.Add(1)
 		if r, ok := s.inFlight[l.ID]; ok && r.Token == l.Version {
 			s.hung[l.ID], s.abandoned[r.Shard] = true, true
 		}
-		d.log.Error("publish hung past its timeout (the sink ignores its context); giving its shard up",
+		s.log.Error("publish hung past its timeout (the sink ignores its context); giving its shard up",
 			slog.Int64("outbox_id", l.ID), slog.Int64("lease_version", l.Version),
-			slog.Duration("publish_timeout", d.cfg.PublishTimeout))
+			slog.Duration("publish_timeout", s.cfg.PublishTimeout))
 	}
 	var release []store.ShardLease
 	for shard := range s.abandoned {
@@ -121,7 +119,7 @@ func (s *shardLeases) abandonHung(ctx context.Context, leases *leaseRegistry) {
 	s.mu.Unlock()
 	if len(release) > 0 {
 		if err := s.release(ctx, release); err != nil {
-			d.log.WarnContext(ctx, "could not give up a shard; it passes on when its lease ends", slog.Any("error", err))
+			s.log.WarnContext(ctx, "could not give up a shard; it passes on when its lease ends", slog.Any("error", err))
 		}
 	}
 }

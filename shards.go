@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outboxd/outbox/internal/store"
 )
 
@@ -20,8 +22,14 @@ import (
 // message at a time, each declared before it goes out, up to the last
 // message that owner can have had in flight (docs/shard-leases.md).
 type shardLeases struct {
-	d     *Dispatcher
-	count int // the table's shards
+	cfg   *Config
+	store *store.Store
+	pool  *pgxpool.Pool
+	stats *counters
+	hook  Hook
+	log   *slog.Logger
+	wake  chan<- struct{} // wakes the fetcher when shards were taken
+	count int             // the table's shards
 
 	mu   sync.Mutex
 	held map[int]int64 // shard → token
@@ -40,7 +48,9 @@ type shardLeases struct {
 }
 
 func newShardLeases(d *Dispatcher, count int) *shardLeases {
-	return &shardLeases{d: d, count: count, held: map[int]int64{}, isolated: map[int]int64{},
+	return &shardLeases{
+		cfg: d.cfg, store: d.store, pool: d.pool, stats: &d.stats, hook: d.hook, log: d.log, wake: d.wake, count: count,
+		held: map[int]int64{}, isolated: map[int]int64{},
 		inFlight: map[int64]store.ShardLease{}, abandoned: map[int]bool{}, hung: map[int64]bool{}}
 }
 
@@ -52,7 +62,7 @@ func newShardLeases(d *Dispatcher, count int) *shardLeases {
 // kept by the keeper, on its own schedule.
 func (s *shardLeases) claim(ctx context.Context, batch int, clearWait bool) ([]store.Row, time.Time, error) {
 	if clearWait {
-		if err := s.d.store.Unwait(ctx, s.d.pool, s.d.cfg.Owner); err != nil {
+		if err := s.store.Unwait(ctx, s.pool, s.cfg.Owner); err != nil {
 			return nil, time.Time{}, err
 		}
 	}
@@ -60,7 +70,7 @@ func (s *shardLeases) claim(ctx context.Context, batch int, clearWait bool) ([]s
 	var rows []store.Row
 	var now time.Time
 	if len(isolated) > 0 {
-		got, at, err := s.d.store.ReadShards(ctx, s.d.pool, s.d.cfg.Owner, leasesOf(isolated, tokens), exclude, 1)
+		got, at, err := s.store.ReadShards(ctx, s.pool, s.cfg.Owner, leasesOf(isolated, tokens), exclude, 1)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
@@ -70,7 +80,7 @@ func (s *shardLeases) claim(ctx context.Context, batch int, clearWait bool) ([]s
 		now = at
 	}
 	if room := batch - len(rows); room > 0 && len(plain) > 0 {
-		got, at, err := s.d.store.ReadShards(ctx, s.d.pool, s.d.cfg.Owner, leasesOf(plain, tokens), exclude, (room+len(plain)-1)/len(plain))
+		got, at, err := s.store.ReadShards(ctx, s.pool, s.cfg.Owner, leasesOf(plain, tokens), exclude, (room+len(plain)-1)/len(plain))
 		if err != nil {
 			return nil, time.Time{}, err
 		}
@@ -120,7 +130,7 @@ func (s *shardLeases) isolate(ctx context.Context, shards []int, tokens map[int]
 	if len(writes) == 0 {
 		return nil, nil
 	}
-	written, err := s.d.store.Isolate(ctx, s.d.pool, s.d.cfg.Owner, writes)
+	written, err := s.store.Isolate(ctx, s.pool, s.cfg.Owner, writes)
 	if err != nil {
 		return nil, err
 	}
@@ -141,11 +151,11 @@ func (s *shardLeases) isolate(ctx context.Context, shards []int, tokens map[int]
 func (s *shardLeases) deadline(time.Time) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.renewedAt.Add(s.d.cfg.Lease - s.d.cfg.Lease/10)
+	return s.renewedAt.Add(s.cfg.Lease - s.cfg.Lease/10)
 }
 
 func (s *shardLeases) finalize(ctx context.Context, writes []store.RowWrite) ([]bool, error) {
-	return s.d.store.FinalizeShards(ctx, s.d.pool, s.d.cfg.Owner, writes)
+	return s.store.FinalizeShards(ctx, s.pool, s.cfg.Owner, writes)
 }
 
 func (s *shardLeases) ordered() bool { return true }
@@ -153,7 +163,7 @@ func (s *shardLeases) ordered() bool { return true }
 // undelivered does not count rows blocked behind a dead head: the shard
 // read never reads them.
 func (s *shardLeases) undelivered(ctx context.Context) (bool, error) {
-	return s.d.store.Undelivered(ctx, s.d.pool, true)
+	return s.store.Undelivered(ctx, s.pool, true)
 }
 
 // readPlan splits the held shards into those read normally and the
@@ -254,12 +264,11 @@ func (s *shardLeases) maintain(ctx context.Context, balance bool) (renewed, gain
 
 // renew extends the leases held and returns this dispatcher's share.
 func (s *shardLeases) renew(ctx context.Context) (share int, err error) {
-	d := s.d
 	start := time.Now()
 	s.mu.Lock()
 	inFlight := len(s.inFlight)
 	s.mu.Unlock()
-	held, alive, err := d.store.RenewShards(ctx, d.pool, d.cfg.Owner, d.cfg.Lease, inFlight)
+	held, alive, err := s.store.RenewShards(ctx, s.pool, s.cfg.Owner, s.cfg.Lease, inFlight)
 	if err != nil {
 		return 0, err
 	}
@@ -306,9 +315,9 @@ func (s *shardLeases) due(ctx context.Context) (bool, error) {
 	s.mu.Lock()
 	renewed, looked, held := time.Since(s.renewedAt), time.Since(s.lookedAt), len(s.held)
 	s.mu.Unlock()
-	poll := s.d.cfg.PollInterval
+	poll := s.cfg.PollInterval
 	switch {
-	case renewed >= s.d.cfg.renewEvery() || held == 0 && renewed >= poll:
+	case renewed >= s.cfg.renewEvery() || held == 0 && renewed >= poll:
 		return true, nil
 	case held == s.count || looked < poll || renewed < poll:
 		return false, nil
@@ -316,7 +325,7 @@ func (s *shardLeases) due(ctx context.Context) (bool, error) {
 	s.mu.Lock()
 	s.lookedAt = time.Now()
 	s.mu.Unlock()
-	free, err := s.d.store.FreeShards(ctx, s.d.pool)
+	free, err := s.store.FreeShards(ctx, s.pool)
 	return free > 0, err
 }
 
@@ -325,9 +334,9 @@ func (s *shardLeases) requeue(ctx context.Context) error {
 	s.mu.Lock()
 	shards := s.heldLocked()
 	s.mu.Unlock()
-	n, err := s.d.store.RequeueExpiredRows(ctx, s.d.pool, shards)
+	n, err := s.store.RequeueExpiredRows(ctx, s.pool, shards)
 	if n > 0 {
-		s.d.log.InfoContext(ctx, "rows left processing by row leases are pending again", slog.Int64("rows", n))
+		s.log.InfoContext(ctx, "rows left processing by row leases are pending again", slog.Int64("rows", n))
 	}
 	return err
 }
@@ -351,9 +360,8 @@ func (s *shardLeases) extras(share int) []store.ShardLease {
 // declared it was delivering alone was charged the crash, and goes dead
 // once that uses up its attempts.
 func (s *shardLeases) acquire(ctx context.Context, n int) (int, error) {
-	d := s.d
-	window := 2*d.cfg.BatchSize + d.cfg.Workers // what one dispatcher may hold in flight
-	got, err := d.store.AcquireShards(ctx, d.pool, d.cfg.Owner, d.cfg.Lease, n, window)
+	window := 2*s.cfg.BatchSize + s.cfg.Workers // what one dispatcher may hold in flight
+	got, err := s.store.AcquireShards(ctx, s.pool, s.cfg.Owner, s.cfg.Lease, n, window)
 	if err != nil {
 		return 0, err
 	}
@@ -363,18 +371,18 @@ func (s *shardLeases) acquire(ctx context.Context, n int) (int, error) {
 		// the fetcher would otherwise deliver it once more meanwhile. If
 		// the write fails, the shard is left unread until the next
 		// renewal lists it, and the message goes out once more.
-		if a.Attempts != nil && *a.Attempts >= d.cfg.MaxAttempts {
+		if a.Attempts != nil && *a.Attempts >= s.cfg.MaxAttempts {
 			if err := s.bury(ctx, a); err != nil {
 				errs = append(errs, err)
 				continue
 			}
 		} else if a.Attempts != nil {
-			d.log.WarnContext(ctx, "took over a shard whose owner died delivering this message alone: the crash counts as an attempt",
+			s.log.WarnContext(ctx, "took over a shard whose owner died delivering this message alone: the crash counts as an attempt",
 				slog.Int("shard", a.Shard), slog.Int64("outbox_id", *a.StrikeID), slog.Int("strikes", a.Strikes),
 				slog.Int("attempts", *a.Attempts))
 		}
 		if a.IsolateThrough != nil && a.Attempts == nil {
-			d.log.InfoContext(ctx, "took over a shard whose owner did not release it: delivering its first messages one at a time",
+			s.log.InfoContext(ctx, "took over a shard whose owner did not release it: delivering its first messages one at a time",
 				slog.Int("shard", a.Shard), slog.Int64("through_id", *a.IsolateThrough))
 		}
 		s.mu.Lock()
@@ -391,13 +399,13 @@ func (s *shardLeases) acquire(ctx context.Context, n int) (int, error) {
 // it had no attempt left.
 func (s *shardLeases) bury(ctx context.Context, a store.AcquiredShard) error {
 	msg := fmt.Sprintf("lease expired after max attempts: dispatcher died %d times delivering this message alone", a.Strikes)
-	_, err := s.d.store.FinalizeShards(ctx, s.d.pool, s.d.cfg.Owner, []store.RowWrite{{
+	_, err := s.store.FinalizeShards(ctx, s.pool, s.cfg.Owner, []store.RowWrite{{
 		ID: *a.StrikeID, Shard: a.Shard, LeaseVersion: a.Token, Status: store.StatusDead, Error: msg, Refund: true,
 	}})
 	if err == nil {
-		s.d.hook.OnSettle(SettleEvent{Message: s.buried(ctx, *a.StrikeID, a.Token), Outcome: OutcomeDead, Err: errors.New(msg)})
-		s.d.stats.count(OutcomeDead)
-		s.d.log.ErrorContext(ctx, "message went dead: it crashed its dispatchers", slog.Int64("outbox_id", *a.StrikeID), slog.Int("strikes", a.Strikes))
+		s.hook.OnSettle(SettleEvent{Message: s.buried(ctx, *a.StrikeID, a.Token), Outcome: OutcomeDead, Err: errors.New(msg)})
+		s.stats.count(OutcomeDead)
+		s.log.ErrorContext(ctx, "message went dead: it crashed its dispatchers", slog.Int64("outbox_id", *a.StrikeID), slog.Int("strikes", a.Strikes))
 	}
 	return err
 }
@@ -405,8 +413,8 @@ func (s *shardLeases) bury(ctx context.Context, a store.AcquiredShard) error {
 // buried is the message a bury wrote dead, as the hook sees every settled
 // one: read back, or its id and token alone if the read fails.
 func (s *shardLeases) buried(ctx context.Context, id, token int64) *Message {
-	m := &Message{ID: id, IDNamespace: s.d.cfg.IDNamespace, FencingToken: token}
-	if det, err := s.d.store.Message(ctx, s.d.pool, id); err == nil {
+	m := &Message{ID: id, IDNamespace: s.cfg.IDNamespace, FencingToken: token}
+	if det, err := s.store.Message(ctx, s.pool, id); err == nil {
 		m.AggregateType, m.AggregateID, m.EventType = det.AggregateType, det.AggregateID, det.EventType
 		m.Payload, m.CreatedAt, m.Attempt, m.Headers = det.Payload, det.CreatedAt, det.Attempts, det.Headers
 	}
@@ -414,7 +422,7 @@ func (s *shardLeases) buried(ctx context.Context, id, token int64) *Message {
 }
 
 func (s *shardLeases) release(ctx context.Context, leases []store.ShardLease) error {
-	_, err := s.d.store.ReleaseShards(ctx, s.d.pool, s.d.cfg.Owner, leases)
+	_, err := s.store.ReleaseShards(ctx, s.pool, s.cfg.Owner, leases)
 	s.mu.Lock()
 	for _, l := range leases {
 		delete(s.held, l.Shard)
@@ -439,5 +447,5 @@ func (s *shardLeases) close(ctx context.Context) error {
 			return err
 		}
 	}
-	return s.d.store.LeaveShards(ctx, s.d.pool, s.d.cfg.Owner)
+	return s.store.LeaveShards(ctx, s.pool, s.cfg.Owner)
 }

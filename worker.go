@@ -25,8 +25,15 @@ type verdict struct {
 
 // worker publishes claimed rows and returns one verdict for each.
 type worker struct {
-	d      *Dispatcher
-	leases *leaseRegistry
+	cfg     *Config
+	breaker *breaker
+	sizer   *claimSizer
+	leases  *leaseRegistry
+	// publish calls the sink; observe tells the breaker what it
+	// answered; classify turns the answer into a verdict.
+	publish  func(context.Context, *Message) error
+	observe  func(error)
+	classify func(*claimed, error) verdict
 }
 
 // run publishes claims until in is closed. Once ctx is done, claims not yet
@@ -42,29 +49,28 @@ func (w *worker) run(ctx context.Context, in <-chan *claimed, out chan<- verdict
 // process publishes one claim, or releases it unpublished when it cannot be
 // given a useful publish.
 func (w *worker) process(ctx context.Context, c *claimed) verdict {
-	d := w.d
 	if ctx.Err() != nil {
 		return release(c, "released at shutdown")
 	}
-	if d.breaker.paused() {
+	if w.breaker.paused() {
 		return release(c, "released unpublished: sink unavailable")
 	}
 	remaining := w.leases.untilDeadline(c.lease())
-	if remaining < d.startWindow() {
+	if remaining < w.cfg.startWindow() {
 		// Waited in its batch until too little of its lease is left for a
 		// useful publish: the lease cap is not the message's fault, so
 		// the attempt is refunded rather than spent on a cut-short try.
 		return release(c, "released unpublished: lease too close to expiry")
 	}
-	timeout, capped := d.cfg.PublishTimeout, false
-	if d.cfg.renewEvery() == 0 && remaining < timeout {
+	timeout, capped := w.cfg.PublishTimeout, false
+	if w.cfg.renewEvery() == 0 && remaining < timeout {
 		// Without heartbeats the lease cannot grow: the publish must end
 		// inside it.
 		timeout, capped = remaining, true
 	}
 	pctx, took, err := w.publishTimed(ctx, c, timeout)
-	d.sizer.observe(took)
-	d.observeSink(err)
+	w.sizer.observe(took)
+	w.observe(err)
 	if capped && err != nil && errors.Is(pctx.Err(), context.DeadlineExceeded) && transient(err) {
 		// Timed out at the lease's end, not at PublishTimeout: the
 		// message's attempt is not spent on the lease running short.
@@ -72,7 +78,7 @@ func (w *worker) process(ctx context.Context, c *claimed) verdict {
 		v.publishDur = took
 		return v
 	}
-	v := d.classify(c, err)
+	v := w.classify(c, err)
 	v.publishDur = took
 	return v
 }
@@ -89,7 +95,7 @@ func (w *worker) publishTimed(ctx context.Context, c *claimed, timeout time.Dura
 	defer cancel()
 	w.leases.begin(c.lease(), cancelCause)
 	endSection := failpoint.During("mid-publish")
-	err := w.d.publish(pctx, &c.msg)
+	err := w.publish(pctx, &c.msg)
 	endSection()
 	failpoint.Hit("after-publish")
 	took := w.leases.end(c.lease())
@@ -101,11 +107,11 @@ func (w *worker) publishTimed(ctx context.Context, c *claimed, timeout time.Dura
 // quarter of the lease, or PublishTimeout if shorter, gives a healthy sink
 // a fair try. With heartbeats the lease must last until the next beat
 // extends it: one renewal interval (at most a third of the lease).
-func (d *Dispatcher) startWindow() time.Duration {
-	if every := d.cfg.renewEvery(); every > 0 {
+func (c *Config) startWindow() time.Duration {
+	if every := c.renewEvery(); every > 0 {
 		return every
 	}
-	return min(d.cfg.PublishTimeout, d.cfg.Lease/4)
+	return min(c.PublishTimeout, c.Lease/4)
 }
 
 // transient reports whether err would be retried: not permanent, not a

@@ -132,4 +132,18 @@ func TestCheckerDetectsShardMode(t *testing.T) {
 		require.Zero(t, mustBeZero(c), "%+v", c)
 		require.Equal(t, 1, c.DuplicatesByCause["holder_"+faultSinkBlackHole])
 	})
+	t.Run("SameAttemptTwiceNeedsAFault", func(t *testing.T) {
+		t.Parallel()
+		h := newShardHistory()
+		h.commit(1, "a")
+		h.row(1, "done", 1, "a")
+		h.take(1, "w0-0", 0)
+		h.deliver(1, 1, "w0-0", answerOK, 500)  // stored while its holder saw the sink fail
+		h.deliver(1, 1, "w0-0", answerOK, 2500) // the same attempt again, released and republished
+		h.write(1, 0, 1, "w0-0", "done", 2510)
+		require.Equal(t, 1, h.check().UnexplainedDuplicates, "no fault explains the second publish")
+		h.events = []event{{Kind: faultSinkCut, Slot: "w0", Start: h.at(100), End: h.at(600)}}
+		c := h.check()
+		require.Zero(t, mustBeZero(c), "%+v", c)
+	})
 }

@@ -587,7 +587,8 @@ func explain(prev, cur delivery, claimOf map[leaseKey]auditRec, failed map[lease
 	if prev.Answer != answerOK && !attemptBefore(cur, prev) {
 		return "answer_" + prev.Answer
 	}
-	if prev.Token == cur.Token && prev.Attempt == cur.Attempt {
+	sameAttempt := prev.Token == cur.Token && prev.Attempt == cur.Attempt
+	if sameAttempt && cfg.leaseMode != leaseShard {
 		return "unexplained: same lease delivered twice after a 2xx"
 	}
 	holder := prev
@@ -595,7 +596,12 @@ func explain(prev, cur delivery, claimOf map[leaseKey]auditRec, failed map[lease
 		holder = cur
 	}
 	from := holder.Received.Add(-cfg.publishTimeout - time.Second)
-	if cl, ok := claimOf[leaseKey{holder.ID, holder.Token}]; ok {
+	// Under shard leases one attempt is published again, under the same
+	// token and attempt number, when its holder released it unpublished
+	// as far as it could tell (a sink that failed, then delivered what
+	// its client had buffered): a fault of the holder from that publish
+	// on must explain it.
+	if cl, ok := claimOf[leaseKey{holder.ID, holder.Token}]; ok && !sameAttempt {
 		// A fault over before the claim cannot have cost this lease (the
 		// audit and the harness read the same clock).
 		from = cl.at.Add(-10 * time.Millisecond)
