@@ -51,13 +51,13 @@ func (r *runFlags) register(fs *flag.FlagSet, defaultSink string) {
 	}{
 		{&r.lease, "lease", "Lease", outbox.LeaseDefault, "lease length"},
 		{&r.pollInterval, "poll-interval", "PollInterval", outbox.PollIntervalDefault, "poll interval when idle (NOTIFY wakes earlier)"},
-		{&r.publishTimeout, "publish-timeout", "PublishTimeout", 0, "timeout of one publish, at most half the lease without --heartbeat (default 10s or half the lease, whichever is shorter)"},
+		{&r.publishTimeout, "publish-timeout", "PublishTimeout", 0, "timeout of one publish, at most half the lease without --heartbeat under row leases (default 10s or half the lease, whichever is shorter)"},
 		{&r.retryBase, "retry-base", "RetryBase", outbox.RetryBaseDefault, "backoff base"},
 		{&r.retryCap, "retry-cap", "RetryCap", outbox.RetryCapDefault, "backoff cap"},
 		{&r.deferDelay, "defer-delay", "DeferDelay", outbox.DeferDelayDefault, "delay of a defer that names none (HTTP 425 without Retry-After)"},
 		{&r.deferMaxAge, "defer-max-age", "DeferMaxAge", outbox.DeferMaxAgeDefault, "a deferred message older than this goes dead; 0 = no limit"},
 		{&r.fetchCooldown, "fetch-cooldown", "FetchCooldown", outbox.FetchCooldownDefault, "most a dispatcher that is not saturated waits between claims and between registrations as an idle listener (it waits twice the average claim duration, up to this)"},
-		{&r.heartbeat, "heartbeat", "HeartbeatInterval", 0, "extend held leases this often (at most lease/3), so publishes may outlive the lease; 0 = off"},
+		{&r.heartbeat, "heartbeat", "HeartbeatInterval", 0, "extend held leases this often (at most lease/3), so publishes may outlive the lease; 0 = off (under --lease-mode shard: renew the shards every lease/3)"},
 	} {
 		*d.p = d.def
 		fs.Var(&durationFlag{d: d.p}, d.name, d.use)
