@@ -25,11 +25,21 @@ const (
 // pending message was refused. Parking refused messages for longer left
 // the probe nothing to claim, and a healed sink idle for that long.
 type breaker struct {
+	// now is the clock (time.Now when nil; tests set their own).
+	now func() time.Time
+
 	mu       sync.Mutex
 	state    breakerState
 	until    time.Time     // open: when to probe
 	pause    time.Duration // the current pause
 	probeOut bool          // probing: the probe row is claimed
+}
+
+func (b *breaker) clock() time.Time {
+	if b.now == nil {
+		return time.Now()
+	}
+	return b.now()
 }
 
 type breakerState uint8
@@ -55,7 +65,7 @@ func (b *breaker) trip(after time.Duration) (wait time.Duration, tripped bool) {
 		b.pause = SinkPauseMin
 	}
 	wait = max(b.pause, after)
-	b.state, b.until, b.probeOut = breakerOpen, time.Now().Add(wait), false
+	b.state, b.until, b.probeOut = breakerOpen, b.clock().Add(wait), false
 	return wait, true
 }
 
@@ -69,7 +79,7 @@ func (b *breaker) retryIn() time.Duration {
 	if b.state != breakerOpen {
 		return 0
 	}
-	wait := time.Until(b.until)
+	wait := b.until.Sub(b.clock())
 	return max(wait-min(wait/10, 250*time.Millisecond), 0)
 }
 
@@ -99,7 +109,7 @@ func (b *breaker) gate(inflight int64) (limit int, wait time.Duration) {
 	defer b.mu.Unlock()
 	switch b.state {
 	case breakerOpen:
-		if wait := time.Until(b.until); wait > 0 {
+		if wait := b.until.Sub(b.clock()); wait > 0 {
 			return 0, wait
 		}
 		b.state = breakerProbing

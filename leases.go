@@ -17,8 +17,18 @@ import (
 // before the old lease's publish has ended, and forgetting the old entry
 // must not drop the new.
 type leaseRegistry struct {
+	// now is the clock (time.Now when nil; tests set their own).
+	now func() time.Time
+
 	mu sync.Mutex
 	m  map[store.Lease]*leaseState
+}
+
+func (r *leaseRegistry) clock() time.Time {
+	if r.now == nil {
+		return time.Now()
+	}
+	return r.now()
 }
 
 type leaseState struct {
@@ -71,7 +81,7 @@ func (r *leaseRegistry) untilDeadline(l store.Lease) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if s, ok := r.m[l]; ok {
-		return time.Until(s.deadline)
+		return s.deadline.Sub(r.clock())
 	}
 	return 0
 }
@@ -111,7 +121,7 @@ func (r *leaseRegistry) overdue() []store.Lease {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []store.Lease
-	now := time.Now()
+	now := r.clock()
 	for l, s := range r.m {
 		if s.phase == phasePublishing && !s.deadline.After(now) {
 			out = append(out, l)
@@ -125,7 +135,7 @@ func (r *leaseRegistry) begin(l store.Lease, cancel context.CancelCauseFunc) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if s, ok := r.m[l]; ok {
-		s.phase, s.started, s.cancel = phasePublishing, time.Now(), cancel
+		s.phase, s.started, s.cancel = phasePublishing, r.clock(), cancel
 	}
 }
 
@@ -138,7 +148,7 @@ func (r *leaseRegistry) end(l store.Lease) time.Duration {
 		return 0
 	}
 	s.phase, s.cancel = phasePublished, nil
-	return time.Since(s.started)
+	return r.clock().Sub(s.started)
 }
 
 // extend moves l's deadline to deadline.
