@@ -143,7 +143,11 @@ func shardAuditChecks(c *counts, acqs []shardAcq, rows map[int64]rowState, audit
 			if _, seen := doneSeq[w.id]; !seen {
 				doneSeq[w.id] = w.seq
 			}
-			if !acked[k][w.app] && !dedupedAck(cfg, byID[w.id], w.newVersion, claimOf[k]) {
+			// The takeover stands in for the claim: a publish JetStream
+			// dropped as a duplicate stored nothing, so no delivery
+			// names this token.
+			taken := auditRec{seq: a.seq, id: w.id, at: a.at, app: a.owner, newVersion: w.newVersion}
+			if !acked[k][w.app] && !dedupedAck(cfg, byID[w.id], w.newVersion, taken) {
 				c.StaleFinalize++
 				c.example("stale_finalize", "done of %d by %s under token %d, but the sink never acknowledged that token to it", w.id, w.app, w.newVersion)
 			}
