@@ -64,7 +64,7 @@ func (s *Server) api(h apiHandler) http.HandlerFunc {
 func (s *Server) apiWrite(h apiHandler) http.HandlerFunc {
 	return s.api(func(w http.ResponseWriter, r *http.Request, p principal) {
 		if !s.cfg.Write {
-			apiError(w, http.StatusForbidden, "read_only", "the console is read-only (start it with --console-write to allow actions)")
+			apiError(w, http.StatusForbidden, "read_only", "the console is read-only (start outboxd console with --write, or outboxd run with --console-write to allow actions)")
 			return
 		}
 		switch checkWrite(r, p) {

@@ -99,10 +99,18 @@ func TestReadOnlyRefusesWrites(t *testing.T) {
 		r := c.do(http.MethodPost, path, map[string]any{"filter": map[string]any{}})
 		require.Equal(t, http.StatusForbidden, r.code, path)
 		require.Equal(t, "read_only", errorCode(t, r), path)
+		// The hint names the flags that exist: console --write, run --console-write.
+		require.Contains(t, r.body, "outboxd console with --write", path)
+		require.Contains(t, r.body, "outboxd run with --console-write", path)
 	}
 	page := b.client(t, nil)
 	page.login(url.Values{"token": {testToken}})
 	require.Contains(t, page.get("/").body, "read-only")
+	for _, p := range []string{"/t/" + b.table + "/dead", "/t/" + b.table + "/replay"} {
+		body := page.get(p).body
+		require.Contains(t, body, "outboxd console with --write", p)
+		require.NotContains(t, body, "start the console with --console-write", p)
+	}
 }
 
 func TestCSRF(t *testing.T) {
