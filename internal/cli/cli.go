@@ -26,6 +26,9 @@ const (
 	ExitOK      = 0
 	ExitFailure = 1
 	ExitUsage   = 2
+	// ExitBlocked: run --drain delivered everything it could, and messages
+	// are left waiting behind a dead message of their aggregate.
+	ExitBlocked = 3
 )
 
 // env is what a command runs with.
@@ -76,6 +79,14 @@ func (e *usageError) Error() string { return e.msg }
 
 func (e *usageError) Unwrap() error { return e.err }
 
+// exitError is a failure with an exit code of its own.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
 func usagef(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
 }
@@ -115,6 +126,10 @@ func report(e *env, err error) int {
 	var ue *usageError
 	if errors.As(err, &ue) {
 		return ExitUsage
+	}
+	var xe *exitError
+	if errors.As(err, &xe) {
+		return xe.code
 	}
 	return ExitFailure
 }

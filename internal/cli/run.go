@@ -43,7 +43,7 @@ func newRunSetup(e *env, name, synopsis string) *runSetup {
 	s.db.register(s.fs)
 	s.rf.register(s.fs, "stdout:")
 	s.lf.register(s.fs)
-	s.fs.BoolVar(&s.drain, "drain", false, "exit 0 once nothing is pending or processing")
+	s.fs.BoolVar(&s.drain, "drain", false, "exit 0 once nothing is pending or processing; exit 3 when, delivering in order, messages wait behind a dead message of their aggregate")
 	s.fs.Var(&s.secrets, "webhook-secret", "sign webhooks (Standard Webhooks) with this whsec_ secret; repeat or comma-separate to rotate keys, newest first (prefer $OUTBOXD_WEBHOOK_SECRET)")
 	s.fs.StringVar(&s.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this address (e.g. :9090)")
 	s.fs.StringVar(&s.consoleAddr, "console-addr", "", "serve the web console and its API on this address (e.g. 127.0.0.1:8080)")
@@ -277,7 +277,36 @@ func (s *runSetup) relay(ctx context.Context, e *env, pool *pgxpool.Pool, sink o
 	st := d.Stats()
 	logger.Info("summary", slog.Int64("done", st.Done), slog.Int64("retried", st.Retried),
 		slog.Int64("deferred", st.Deferred), slog.Int64("dead", st.Dead), slog.Int64("lease_lost", st.LeaseLost))
+	if s.drain && d.Config().Ordered && ctx.Err() == nil {
+		return drainedBlocked(ctx, pool, s.db.table)
+	}
 	return nil
+}
+
+// drainedBlocked is what an ordered drain ends with: nil when nothing is
+// left, else an error naming what waits behind a dead message (exit 3), so
+// a script running --drain does not take "drained" for "delivered".
+func drainedBlocked(ctx context.Context, pool *pgxpool.Pool, table string) error {
+	admin, err := outbox.NewAdmin(pool, table)
+	if err != nil {
+		return err
+	}
+	b, err := admin.Blocked(ctx, 1)
+	if err != nil || b.Messages == 0 {
+		return err
+	}
+	first := b.List[0]
+	return &exitError{code: ExitBlocked, msg: fmt.Sprintf(
+		"drained, but %d %s of %d %s wait behind a dead message (first: aggregate %q behind id %d); retry or skip it (outboxd dead retry %d, outboxd dead skip %d)",
+		b.Messages, plural(b.Messages, "message", "messages"), b.Aggregates, plural(b.Aggregates, "aggregate", "aggregates"),
+		first.AggregateID, first.DeadID, first.DeadID, first.DeadID)}
+}
+
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // checkAccess refuses to start when the role lacks a privilege the run

@@ -5,6 +5,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"embed"
 	"errors"
 	"fmt"
@@ -38,7 +39,7 @@ type Store struct {
 
 	claim, claimOrdered, finalize, resolve, wait, unwait      string
 	finalizeWritten                                           string
-	status, deadList, deadRetry, deadSkip, purge, undelivered string
+	status, deadList, deadRetry, deadSkip, purge, undelivered, blocked string
 	purgeIndex                                                string
 	types, heartbeat                                          string
 	gauges, access, dropWake                                  string
@@ -86,6 +87,7 @@ func newStore(t Table) *Store {
 		purge:           load("sql/purge.sql"),
 		purgeIndex:      load("sql/purge_index.sql"),
 		undelivered:     load("sql/undelivered.sql"),
+		blocked:         load("sql/blocked.sql"),
 		types:           load("sql/undelivered_types.sql"),
 		heartbeat:       load("sql/heartbeat.sql"),
 		gauges:          load("sql/gauges.sql"),
@@ -353,6 +355,32 @@ func (s *Store) Undelivered(ctx context.Context, db DB, ordered bool) (bool, err
 	var any bool
 	err := db.QueryRow(ctx, s.undelivered, ordered).Scan(&any)
 	return any, translate(err)
+}
+
+// Blocked counts the aggregates whose oldest unfinished message is dead
+// with messages pending behind it, and the messages so waiting; List has
+// up to limit of them, the oldest dead head first.
+type Blocked struct {
+	Aggregates, Messages int64
+	List                 []BlockedAggregate
+}
+
+// BlockedAggregate is one aggregate waiting behind its dead head.
+type BlockedAggregate struct {
+	AggregateID string `json:"aggregate_id"`
+	DeadID      int64  `json:"dead_id"`
+	Waiting     int64  `json:"waiting"`
+}
+
+// BlockedAggregates reads the aggregates blocked behind a dead head (see
+// sql/blocked.sql).
+func (s *Store) BlockedAggregates(ctx context.Context, db DB, limit int) (Blocked, error) {
+	var b Blocked
+	var list []byte
+	if err := db.QueryRow(ctx, s.blocked, limit).Scan(&b.Aggregates, &b.Messages, &list); err != nil {
+		return Blocked{}, translate(err)
+	}
+	return b, json.Unmarshal(list, &b.List)
 }
 
 // Lease names a lease this owner holds: a row and its fencing token.
