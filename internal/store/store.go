@@ -5,8 +5,8 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -37,14 +37,14 @@ type DB interface {
 type Store struct {
 	Table Table
 
-	claim, claimOrdered, finalize, resolve, wait, unwait      string
-	finalizeWritten                                           string
+	claim, claimOrdered, finalize, resolve, wait, unwait               string
+	finalizeWritten                                                    string
 	status, deadList, deadRetry, deadSkip, purge, undelivered, blocked string
-	purgeIndex                                                string
-	types, heartbeat                                          string
-	gauges, access, dropWake                                  string
-	console                                                   consoleSQL
-	shards                                                    shardSQL
+	purgeIndex                                                         string
+	types, heartbeat                                                   string
+	gauges, access, dropWake                                           string
+	console                                                            consoleSQL
+	shards                                                             shardSQL
 }
 
 // New prepares the statements for the named table ("name" or "schema.name").
