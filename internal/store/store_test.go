@@ -1117,3 +1117,29 @@ func TestPurgeCostFollowsDeletes(t *testing.T) {
 	t.Logf("one retention pass deleted %d rows and read %d", deleted, examined)
 	require.Less(t, examined, 4*deleted+100, "the pass read the rows it did not delete")
 }
+
+// Blocked aggregates are those whose oldest unfinished message is dead,
+// with pending messages behind it; a dead message behind a pending head
+// blocks nothing yet.
+func TestBlockedAggregates(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.enqueue(t, msg{"a", "E"}, msg{"a", "E"}, msg{"a", "E"}, // dead head, two behind
+		msg{"b", "E"}, msg{"b", "E"}, msg{"b", "E"}, // pending head, then dead, then pending
+		msg{"c", "E"}, msg{"c", "E"}) // done, then dead head with nothing behind
+	for _, id := range []int64{ids[0], ids[4], ids[7]} {
+		b.exec(t, `UPDATE {{table}} SET status = 'dead' WHERE id = $1`, id)
+	}
+	b.exec(t, `UPDATE {{table}} SET status = 'done' WHERE id = $1`, ids[6])
+	got, err := b.st.BlockedAggregates(t.Context(), b.pool, 10)
+	require.NoError(t, err)
+	require.Equal(t, store.Blocked{Aggregates: 1, Messages: 2,
+		List: []store.BlockedAggregate{{AggregateID: "a", DeadID: ids[0], Waiting: 2}}}, got)
+
+	b.exec(t, `UPDATE {{table}} SET status = 'done' WHERE id = $1`, ids[3]) // b's head delivered: now blocked
+	got, err = b.st.BlockedAggregates(t.Context(), b.pool, 1)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, got.Aggregates)
+	require.EqualValues(t, 3, got.Messages)
+	require.Equal(t, []store.BlockedAggregate{{AggregateID: "a", DeadID: ids[0], Waiting: 2}}, got.List, "the oldest dead head first, up to the limit")
+}
