@@ -154,15 +154,33 @@ type Status struct {
 	// Attempts is the histogram of attempts over pending and processing
 	// rows, keyed by the attempt count in decimal.
 	Attempts map[string]int64 `json:"attempts"`
+	// Blocked counts the pending messages behind a dead message of their
+	// aggregate (its oldest unfinished one), and those aggregates: when
+	// the table is delivered in order (Config.Ordered, shard leases) they
+	// wait until an operator retries or skips the dead one
+	// ([Admin.Blocked] lists them).
+	Blocked BlockedCount `json:"blocked"`
 }
 
-// Status reads the table's health figures in one statement.
+// BlockedCount is how much waits behind dead heads (see [Status.Blocked]).
+type BlockedCount struct {
+	Aggregates int64 `json:"aggregates"`
+	Messages   int64 `json:"messages"`
+}
+
+// Status reads the table's health figures: one statement, and one more
+// for what waits behind dead heads.
 func (a *Admin) Status(ctx context.Context) (*Status, error) {
 	st, err := a.store.Status(ctx, a.db)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: status: %w", err)
 	}
-	out := &Status{Counts: st.Counts, DoneEstimated: st.DoneEstimated, ExpiredLeases: st.ExpiredLeases, Attempts: map[string]int64{}}
+	blocked, err := a.store.BlockedAggregates(ctx, a.db, 0)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: status: %w", err)
+	}
+	out := &Status{Counts: st.Counts, DoneEstimated: st.DoneEstimated, ExpiredLeases: st.ExpiredLeases, Attempts: map[string]int64{},
+		Blocked: BlockedCount{Aggregates: blocked.Aggregates, Messages: blocked.Messages}}
 	if st.OldestPendingAge >= 0 {
 		s := st.OldestPendingAge.Seconds()
 		out.OldestPendingAgeSeconds = &s

@@ -171,6 +171,10 @@ func printStatus(out io.Writer, table string, st *outbox.Status) error {
 	}
 	fmt.Fprintf(w, "oldest pending age\t%s\n", age)
 	fmt.Fprintf(w, "expired leases\t%d\n", st.ExpiredLeases)
+	if b := st.Blocked; b.Messages > 0 {
+		fmt.Fprintf(w, "behind a dead head\t%d %s of %d %s (delivered in order, they wait for dead retry or skip)\n",
+			b.Messages, plural(b.Messages, "message", "messages"), b.Aggregates, plural(b.Aggregates, "aggregate", "aggregates"))
+	}
 	if len(st.Attempts) > 0 {
 		keys := make([]int, 0, len(st.Attempts))
 		for k := range st.Attempts {

@@ -696,7 +696,7 @@ func testStatus(t *testing.T, bin string) {
 		r := c.ok(t, "status", "--json", "--table", c.table)
 		var top map[string]json.RawMessage
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &top), "%s", r)
-		require.Equal(t, []string{"attempts", "counts", "done_estimated", "expired_leases", "oldest_pending_age_seconds"}, keys(top))
+		require.Equal(t, []string{"attempts", "blocked", "counts", "done_estimated", "expired_leases", "oldest_pending_age_seconds"}, keys(top))
 		var counts, attempts map[string]int64
 		require.NoError(t, json.Unmarshal(top["counts"], &counts))
 		require.Equal(t, []string{"dead", "done", "pending", "processing"}, keys(counts))
@@ -729,10 +729,19 @@ func testStatus(t *testing.T, bin string) {
 	require.NoError(t, json.Unmarshal(top["oldest_pending_age_seconds"], &age))
 	require.InDelta(t, 3600, age, 60)
 
+	require.JSONEq(t, `{"aggregates": 0, "messages": 0}`, string(top["blocked"]), "the dead message has nothing behind it")
 	r := c.ok(t, "status", "--table", c.table)
 	for _, re := range []string{`(?m)^pending\s+2$`, `(?m)^processing\s+2$`, `(?m)^done\s+1$`, `(?m)^dead\s+1$`, `(?m)^expired leases\s+1$`, `(?m)^oldest pending age\s+1h`} {
 		require.Regexp(t, re, r.stdout)
 	}
+	require.NotContains(t, r.stdout, "behind a dead head")
+
+	behind := c.insert(t, "agg-5", `{"n":6}`) // after the dead one, in its aggregate
+	top, _, _ = statusJSON()
+	require.JSONEq(t, `{"aggregates": 1, "messages": 1}`, string(top["blocked"]))
+	r = c.ok(t, "status", "--table", c.table)
+	require.Regexp(t, `(?m)^behind a dead head\s+1 message of 1 aggregate \(delivered in order, they wait for dead retry or skip\)$`, r.stdout)
+	c.exec(t, "DELETE FROM "+q+" WHERE id = $1", behind)
 
 	c.exec(t, "UPDATE "+q+" SET status = 'done', done_at = now(), lease_owner = NULL, lease_until = NULL WHERE status IN ('pending', 'processing')")
 	top, counts, attempts = statusJSON()
