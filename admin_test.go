@@ -29,7 +29,8 @@ func TestAdminStatus(t *testing.T) {
 			"done_estimated": false,
 			"oldest_pending_age_seconds": null,
 			"expired_leases": 0,
-			"attempts": {}
+			"attempts": {},
+			"blocked": {"aggregates": 0, "messages": 0}
 		}`, string(got))
 	})
 
@@ -67,7 +68,10 @@ func TestAdminStatus(t *testing.T) {
 		require.NoError(t, err)
 		var got map[string]json.RawMessage
 		require.NoError(t, json.Unmarshal(raw, &got))
-		require.Len(t, got, 5, string(raw))
+		require.Len(t, got, 6, string(raw))
+		// The dead message is not its aggregate's oldest unfinished one:
+		// nothing waits behind a dead head.
+		require.JSONEq(t, `{"aggregates": 0, "messages": 0}`, string(got["blocked"]))
 		require.JSONEq(t, `false`, string(got["done_estimated"]))
 		require.JSONEq(t, `{"pending": 2, "processing": 2, "done": 1, "dead": 1}`, string(got["counts"]))
 		require.JSONEq(t, `1`, string(got["expired_leases"]))
