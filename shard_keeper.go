@@ -26,7 +26,13 @@ func (s *shardLeases) keeper(run context.Context, leases *leaseRegistry) func(co
 				return
 			case <-t.C:
 			}
-			s.keep(ctx, run.Err() == nil, leases)
+			// A turn is not cut short when the keeper stops: an acquire
+			// cut off after the server committed it would leave shards
+			// this dispatcher holds without knowing it, which its stop
+			// then does not release.
+			turn, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(s.cfg.renewEvery(), time.Second))
+			s.keep(turn, run.Err() == nil, leases)
+			cancel()
 			t.Reset(s.tick())
 		}
 	}

@@ -193,8 +193,9 @@ func (s *Store) ReleaseShards(ctx context.Context, db DB, owner string, leases [
 	return out, translate(err)
 }
 
-// LeaveShards drops owner's membership: the others stop counting it as
-// alive, so their share of the shards grows at once.
+// LeaveShards drops owner's membership, so the others stop counting it as
+// alive and their share of the shards grows at once, and frees every shard
+// still held under owner's name (see sql/shard_leave.sql).
 func (s *Store) LeaveShards(ctx context.Context, db DB, owner string) error {
 	_, err := db.Exec(ctx, s.shards.leave, ownerText(owner))
 	return translate(err)

@@ -338,3 +338,23 @@ func TestShardReadHeadsOnly(t *testing.T) {
 	b.exec(t, "UPDATE {{table}} SET status = 'done' WHERE id = $1", ids[0])
 	require.Equal(t, []int64{ids[1], ids[2]}, rowIDs(b.readShards(t, "A", a, nil, 10)))
 }
+
+// Leaving frees every shard still under the owner's name, those it does
+// not know it holds included, and drops its membership.
+func TestShardLeaveFreesItsShards(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.NoError(t, b.enableShards(t, 4))
+	require.Len(t, b.acquire(t, "A", 2), 2)
+	require.Len(t, b.acquire(t, "B", 1), 1)
+	_, alive, err := b.st.RenewShards(t.Context(), b.pool, "A", time.Minute, 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, alive)
+	require.NoError(t, b.st.LeaveShards(t.Context(), b.pool, "A"))
+	free, err := b.st.FreeShards(t.Context(), b.pool)
+	require.NoError(t, err)
+	require.Equal(t, 3, free, "A's two and the one never taken; B keeps its own")
+	_, alive, err = b.st.RenewShards(t.Context(), b.pool, "B", time.Minute, 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, alive, "A is no longer a member")
+}
