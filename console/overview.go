@@ -16,11 +16,14 @@ import (
 // Overview is the overview's JSON (and the page's data): cheap gauges, the
 // breakdowns of undelivered and dead messages, the dispatchers alive.
 type Overview struct {
-	Table            string  `json:"table"`
-	Pending          int64   `json:"pending"`
-	Processing       int64   `json:"processing"`
-	Dead             int64   `json:"dead"`
-	DoneEstimate     int64   `json:"done_estimate"`
+	Table        string `json:"table"`
+	Pending      int64  `json:"pending"`
+	Processing   int64  `json:"processing"`
+	Dead         int64  `json:"dead"`
+	DoneEstimate int64  `json:"done_estimate"`
+	// DoneEstimated is true when DoneEstimate is the planner's estimate
+	// (past 10,000 done rows); below that it is exact.
+	DoneEstimated    bool    `json:"done_estimated"`
 	OldestAgeSeconds float64 `json:"oldest_undelivered_age_seconds"`
 	ExpiredLeases    int64   `json:"expired_leases"`
 	// BreakdownsAt is when the breakdowns were read: the sampler refreshes
@@ -83,7 +86,7 @@ func (s *Server) overview(ctx context.Context, t *table) (Overview, outbox.Gauge
 		return Overview{}, g, err
 	}
 	o := Overview{
-		Table: t.name, Pending: g.Pending, Processing: g.Processing, Dead: g.Dead, DoneEstimate: g.Done,
+		Table: t.name, Pending: g.Pending, Processing: g.Processing, Dead: g.Dead, DoneEstimate: g.Done, DoneEstimated: g.DoneEstimated,
 		OldestAgeSeconds: g.OldestPendingAge.Seconds(), ExpiredLeases: g.ExpiredLeases,
 	}
 	// Until the sampler's first pass, the page reads them itself; after it,

@@ -26,6 +26,8 @@ func TestOverviewAndSamples(t *testing.T) {
 	require.Equal(t, int64(4), o.Pending)
 	require.Equal(t, int64(2), o.Processing)
 	require.Equal(t, int64(4), o.Dead)
+	require.Equal(t, int64(9), o.DoneEstimate, "a table never analysed: done is counted, not 0")
+	require.False(t, o.DoneEstimated)
 	require.Equal(t, []console.BreakdownView{
 		{Key: "OrderPaid", Pending: 4, Processing: 2},
 		{Key: "PaymentFailed", Dead: 4},

@@ -13,10 +13,11 @@ type Gauges struct {
 	// Pending, Processing and Dead are exact row counts, read through the
 	// partial indexes that hold only rows not yet done.
 	Pending, Processing, Dead int64
-	// Done is an estimate: the planner's row count of the table (as of its
-	// last ANALYZE or VACUUM) less the exact counts, never below 0. It is 0
-	// while the table has never been analysed.
-	Done int64
+	// Done is exact up to 10,000 and past that the planner's row count of
+	// the table (as of its last ANALYZE or VACUUM) less the exact counts,
+	// as in Status; DoneEstimated says which.
+	Done          int64
+	DoneEstimated bool
 	// OldestPendingAge is the age of the oldest pending or processing
 	// message, on the database's clock; 0 when there is none.
 	OldestPendingAge time.Duration
@@ -30,7 +31,7 @@ func (s *Store) Gauges(ctx context.Context, db DB) (Gauges, error) {
 	var g Gauges
 	var age float64
 	err := db.QueryRow(ctx, s.gauges, s.Table.ident("")).
-		Scan(&g.Pending, &g.Processing, &g.Dead, &g.Done, &age, &g.ExpiredLeases)
+		Scan(&g.Pending, &g.Processing, &g.Dead, &g.Done, &age, &g.ExpiredLeases, &g.DoneEstimated)
 	if err != nil {
 		return Gauges{}, translate(err)
 	}
