@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/outboxd/outbox/internal/service"
 	"github.com/outboxd/outbox/internal/store"
 )
 
@@ -341,14 +342,7 @@ func (a *Admin) RunRetention(ctx context.Context, olderThan, every time.Duration
 	if logger == nil {
 		logger = slog.Default()
 	}
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	service.Every(ctx, every, func() {
 		n, err := a.Purge(ctx, olderThan, nil)
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -356,6 +350,5 @@ func (a *Admin) RunRetention(ctx context.Context, olderThan, every time.Duration
 		case n > 0:
 			logger.Info("retention purge", slog.Int64("deleted", n), slog.Duration("older_than", olderThan))
 		}
-		t.Reset(every)
-	}
+	})
 }

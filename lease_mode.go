@@ -57,10 +57,7 @@ func (d *Dispatcher) newLeaseMode(ctx context.Context) (leaseMode, error) {
 	}
 	rows := &rowLeases{
 		store: d.store, pool: d.pool, owner: d.cfg.Owner, lease: d.cfg.Lease, maxAttempts: d.cfg.MaxAttempts,
-		beat: func(leases *leaseRegistry) func(context.Context) {
-			return (&heartbeat{cfg: d.cfg, store: d.store, pool: d.pool, stats: &d.stats, hook: d.hook, log: d.log, leases: leases}).run
-		},
-		beatEvery: d.cfg.HeartbeatInterval,
+		beat: heartbeat{cfg: d.cfg, store: d.store, pool: d.pool, stats: &d.stats, hook: d.hook, log: d.log},
 	}
 	switch {
 	case d.cfg.LeaseMode == LeaseShards && n == 0:
@@ -92,9 +89,9 @@ type rowLeases struct {
 	owner       string
 	lease       time.Duration
 	maxAttempts int
-	// beat builds the heartbeat, run every beatEvery (none when zero).
-	beat      func(*leaseRegistry) func(context.Context)
-	beatEvery time.Duration
+	// beat is the heartbeat but for the leases it extends (none when
+	// HeartbeatInterval is zero).
+	beat heartbeat
 
 	buf []store.Row // the claim's rows, reused: the fetcher hands them on before it claims again
 }
@@ -136,10 +133,12 @@ func (m *rowLeases) finalize(ctx context.Context, writes []store.RowWrite) ([]bo
 func (m *rowLeases) settled([]store.RowWrite) {}
 
 func (m *rowLeases) keeper(_ context.Context, leases *leaseRegistry) func(context.Context) {
-	if m.beatEvery <= 0 {
+	if m.beat.cfg.HeartbeatInterval <= 0 {
 		return nil
 	}
-	return m.beat(leases)
+	h := m.beat
+	h.leases = leases
+	return h.run
 }
 
 func (m *rowLeases) ordered() bool { return false }

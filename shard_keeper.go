@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/outboxd/outbox/internal/service"
 	"github.com/outboxd/outbox/internal/store"
 )
 
@@ -18,23 +19,15 @@ import (
 // takes shards.
 func (s *shardLeases) keeper(run context.Context, leases *leaseRegistry) func(context.Context) {
 	return func(ctx context.Context) {
-		t := time.NewTimer(0)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		service.Every(ctx, s.tick(), func() {
 			// A turn is not cut short when the keeper stops: an acquire
 			// cut off after the server committed it would leave shards
 			// this dispatcher holds without knowing it, which its stop
 			// then does not release.
 			turn, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(s.cfg.renewEvery(), time.Second))
+			defer cancel()
 			s.keep(turn, run.Err() == nil, leases)
-			cancel()
-			t.Reset(s.tick())
-		}
+		})
 	}
 }
 

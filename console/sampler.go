@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/outboxd/outbox/internal/service"
 )
 
 // Sample is one reading of a table's gauges, taken by the console's sampler.
@@ -73,21 +75,13 @@ func rate(prev, cur Sample) *float64 {
 // runSampler samples every table at once, then every SampleInterval, until
 // ctx ends.
 func (s *Server) runSampler(ctx context.Context) {
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	service.Every(ctx, s.cfg.SampleInterval, func() {
 		for _, tb := range s.tables {
 			if err := s.sample(ctx, tb); err != nil && ctx.Err() == nil {
 				s.logger.Warn("console: sampling failed", slog.String("table", tb.name), slog.Any("error", err))
 			}
 		}
-		t.Reset(s.cfg.SampleInterval)
-	}
+	})
 }
 
 // sample reads one table's gauges (index-driven, cheap at any size) and

@@ -56,3 +56,17 @@ func TestSleep(t *testing.T) {
 	require.False(t, service.Sleep(ctx, time.Hour), "a done context ends the wait")
 	require.False(t, service.Sleep(ctx, 0))
 }
+
+func TestEvery(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	turns := 0
+	service.Every(ctx, time.Millisecond, func() {
+		turns++
+		if turns == 3 {
+			cancel()
+		}
+	})
+	require.Equal(t, 3, turns, "at once, then after each turn, until ctx is done")
+	service.Every(ctx, time.Hour, func() { turns++ })
+	require.Equal(t, 3, turns, "a done context runs no turn")
+}
