@@ -1,13 +1,10 @@
 package outbox
 
 import (
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/outboxd/outbox/internal/store"
 )
 
 // fakeClock is a clock the test moves by hand.
@@ -124,49 +121,4 @@ func TestSlots(t *testing.T) {
 		require.FailNow(t, "two give-backs, one signal")
 	default:
 	}
-}
-
-// The lease registry on a controlled clock: deadlines, publishes found
-// hung once, renewals of the leases kept and the list of those lost,
-// publishes past their deadline.
-func TestLeaseRegistry(t *testing.T) {
-	t.Parallel()
-	clk := newFakeClock()
-	r := newLeaseRegistry()
-	r.now = clk.now
-	a, b, c := store.Lease{ID: 1, Version: 1}, store.Lease{ID: 2, Version: 1}, store.Lease{ID: 3, Version: 1}
-	r.add([]store.Lease{a, b, c}, clk.now().Add(10*time.Second))
-	require.Equal(t, 10*time.Second, r.untilDeadline(a))
-	require.Zero(t, r.untilDeadline(store.Lease{ID: 9}), "an unknown lease is not trusted")
-
-	var cancelled error
-	r.begin(a, func(err error) { cancelled = err })
-	r.begin(b, func(error) {})
-	clk.advance(2 * time.Second)
-	require.Equal(t, 2*time.Second, r.end(b), "a publish's duration")
-	require.True(t, r.publishing(a))
-	require.False(t, r.publishing(b))
-
-	held, hung := r.beatable(clk.now().Add(-time.Second))
-	require.ElementsMatch(t, []store.Lease{b}, held, "a queued row is not extended; a publish begun before the cutoff is hung")
-	require.Equal(t, []store.Lease{a}, hung)
-	_, hung = r.beatable(clk.now().Add(-time.Second))
-	require.Empty(t, hung, "found hung once")
-
-	kept, lost := r.renew(clk.now().Add(20*time.Second), func(l store.Lease) bool { return l != c })
-	require.Equal(t, 2, kept)
-	require.Equal(t, []store.Lease{c}, lost)
-	require.Equal(t, 20*time.Second, r.untilDeadline(a))
-	require.Equal(t, 8*time.Second, r.untilDeadline(c), "a lost lease keeps its old deadline")
-	require.Equal(t, clk.now().Add(20*time.Second), r.lastDeadline([]store.Lease{a, c}))
-
-	require.Empty(t, r.overdue())
-	clk.advance(21 * time.Second)
-	require.Equal(t, []store.Lease{a}, r.overdue(), "only publishes run past their deadline")
-	r.cancel(a, ErrLeaseLost)
-	require.True(t, errors.Is(cancelled, ErrLeaseLost))
-
-	r.forget([]store.Lease{a, b, c})
-	require.Zero(t, r.untilDeadline(a))
-	require.True(t, r.lastDeadline([]store.Lease{a, b, c}).IsZero())
 }

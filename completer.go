@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/outboxd/outbox/internal/lease"
 	"github.com/outboxd/outbox/internal/store"
 )
 
@@ -13,9 +14,9 @@ import (
 // batches grow with load and an idle system finalizes at once. After each
 // batch it forgets the batch's leases and gives their slots back.
 type completer struct {
-	mode   leaseMode
+	mode   lease.Mode
 	slots  *slots
-	leases *leaseRegistry
+	leases *lease.Registry
 	// confirm reads which writes of a failed try were made all the same.
 	confirm func(context.Context, []store.RowWrite) ([]bool, error)
 	// settle reports each verdict once its write was tried.
@@ -29,7 +30,7 @@ type completer struct {
 	keys   []store.Lease
 }
 
-func newCompleter(d *Dispatcher, mode leaseMode, s *slots, leases *leaseRegistry, maxBatch int) *completer {
+func newCompleter(d *Dispatcher, mode lease.Mode, s *slots, leases *lease.Registry, maxBatch int) *completer {
 	return &completer{
 		mode: mode, slots: s, leases: leases, settle: d.settle, hook: d.hook, stats: &d.stats, log: d.log,
 		confirm: func(ctx context.Context, w []store.RowWrite) ([]bool, error) {
@@ -70,9 +71,9 @@ func (c *completer) finalize(batch []verdict) {
 		c.keys = append(c.keys, batch[i].claim.lease())
 	}
 	start := time.Now()
-	defer c.leases.forget(c.keys)
+	defer c.leases.Forget(c.keys)
 	held, err := c.write(c.writes, c.keys)
-	c.mode.settled(c.writes)
+	c.mode.Settled(c.writes)
 	if err != nil {
 		c.log.Error("giving up on finalize; rows will be re-claimed after their lease", slog.Int("rows", len(batch)))
 		c.hook.OnFinalize(FinalizeEvent{Rows: len(batch), Duration: time.Since(start), Err: err})
@@ -96,7 +97,7 @@ func (c *completer) finalize(batch []verdict) {
 // re-deliveries. It returns, per write, whether it held.
 func (c *completer) write(writes []store.RowWrite, keys []store.Lease) ([]bool, error) {
 	giveUp := time.Now().Add(2 * time.Second)
-	if last := c.leases.lastDeadline(keys); last.After(giveUp) {
+	if last := c.leases.LastDeadline(keys); last.After(giveUp) {
 		giveUp = last
 	}
 	for attempt := 0; ; attempt++ {
@@ -104,7 +105,7 @@ func (c *completer) write(writes []store.RowWrite, keys []store.Lease) ([]bool, 
 		// and is not recorded would be delivered again.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		start := time.Now()
-		held, err := c.mode.finalize(ctx, writes)
+		held, err := c.mode.Finalize(ctx, writes)
 		if err == nil && attempt > 0 {
 			err = c.confirmWritten(ctx, writes, held)
 		}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/outboxd/outbox/internal/lease"
 )
 
 // Defaults for [Config]. Each is what a zero field means.
@@ -297,15 +299,28 @@ func (c *Config) validate() *ConfigError {
 	return nil
 }
 
-// renewEvery is how often the leases of rows in flight are extended while
-// their publishes run: every HeartbeatInterval; under shard leases, whose
-// renewal always runs, a third of the lease when no interval is set; zero
-// (never) under row leases without heartbeats.
-func (c *Config) renewEvery() time.Duration {
-	if c.HeartbeatInterval == 0 && c.LeaseMode == LeaseShards {
-		return c.Lease / 3
+// leaseConfig is what the lease modes read of c.
+func (c *Config) leaseConfig() lease.Config {
+	kind := lease.Rows
+	if c.LeaseMode == LeaseShards {
+		kind = lease.Shards
 	}
-	return c.HeartbeatInterval
+	return lease.Config{
+		Kind: kind, Ordered: c.Ordered, Owner: c.Owner, Lease: c.Lease, MaxAttempts: c.MaxAttempts,
+		HeartbeatInterval: c.HeartbeatInterval, PublishTimeout: c.PublishTimeout, PollInterval: c.PollInterval,
+		Window: c.window(),
+	}
+}
+
+// window is how many messages a dispatcher holds at most: claimed and
+// queued for the workers, publishing, or waiting for their finalize.
+func (c *Config) window() int { return 2*c.BatchSize + c.Workers }
+
+// renewEvery is how often the leases of rows in flight are extended while
+// their publishes run ([lease.Config.RenewEvery]).
+func (c *Config) renewEvery() time.Duration {
+	lc := c.leaseConfig()
+	return lc.RenewEvery()
 }
 
 // DefaultOwner returns "host-pid-random", unique per process start.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxd/outbox/internal/lease"
 	"github.com/outboxd/outbox/internal/service"
 	"github.com/outboxd/outbox/internal/store"
 )
@@ -158,16 +159,16 @@ func (d *Dispatcher) run(ctx context.Context, drain bool) error {
 		d.store = d.store.Qualified(table.Schema)
 	}
 	channel := table.Channel()
-	mode, err := d.newLeaseMode(ctx)
+	mode, err := lease.New(ctx, d.store, d.pool, d.cfg.leaseConfig(), d.leaseCallbacks(), d.log)
 	if err != nil {
 		return err
 	}
-	leases := newLeaseRegistry()
+	leases := lease.NewRegistry(nil)
 	var stopListener, stopKeeper func()
 	if !d.cfg.DisableNotify {
 		stopListener = startService(ctx, func(ctx context.Context) { d.listen(ctx, channel) })
 	}
-	if keep := mode.keeper(ctx, leases); keep != nil {
+	if keep := mode.Keeper(ctx, leases); keep != nil {
 		// The leases are kept through shutdown, while in-flight
 		// publishes end.
 		stopKeeper = startService(context.WithoutCancel(ctx), keep)
@@ -181,7 +182,7 @@ func (d *Dispatcher) run(ctx context.Context, drain bool) error {
 	stopService(stopListener)
 	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := mode.close(cleanup); err != nil {
+	if err := mode.Close(cleanup); err != nil {
 		d.log.WarnContext(ctx, "could not give back the leases; they pass on when they run out", slog.Any("error", err))
 	}
 	if err := d.store.Unwait(cleanup, d.pool, d.cfg.Owner); err != nil {
@@ -196,15 +197,15 @@ func (d *Dispatcher) run(ctx context.Context, drain bool) error {
 // the completer writes them. On the way out each stage finishes what it
 // holds: queued claims are released, in-flight publishes end, every verdict
 // is written.
-func (d *Dispatcher) relay(ctx context.Context, drain bool, mode leaseMode, leases *leaseRegistry) {
-	size := 2*d.cfg.BatchSize + d.cfg.Workers
+func (d *Dispatcher) relay(ctx context.Context, drain bool, mode lease.Mode, leases *lease.Registry) {
+	size := d.cfg.window()
 	capacity := newSlots(size)
 	claims := make(chan *claimed, size)
 	verdicts := make(chan verdict, size)
 
 	var workers sync.WaitGroup
 	w := &worker{
-		cfg: d.cfg, breaker: &d.breaker, sizer: d.sizer, leases: leases,
+		cfg: d.cfg, breaker: &d.breaker, sizer: d.sizer, leases: leases, renewEvery: mode.RenewEvery(),
 		publish: d.publish, observe: d.observeSink, classify: d.classify,
 	}
 	for range d.cfg.Workers {
@@ -228,4 +229,39 @@ func (d *Dispatcher) relay(ctx context.Context, drain bool, mode leaseMode, leas
 	workers.Wait()
 	close(verdicts)
 	<-completed
+}
+
+// leaseCallbacks maps what the lease modes report onto the dispatcher's
+// counters and hook.
+func (d *Dispatcher) leaseCallbacks() lease.Callbacks {
+	return lease.Callbacks{
+		Beat: func(b lease.Beat) {
+			if !b.Idle {
+				d.stats.heartbeats.Add(1)
+			}
+			d.hook.OnHeartbeat(HeartbeatEvent{Rows: b.Rows, LeaseLost: b.LeaseLost, Hung: b.Hung, Duration: b.Duration, Err: b.Err})
+		},
+		Hung: func(store.Lease) { d.stats.hung.Add(1) },
+		Buried: func(ctx context.Context, id, token int64, cause error) {
+			d.hook.OnSettle(SettleEvent{Message: d.buried(ctx, id, token), Outcome: OutcomeDead, Err: cause})
+			d.stats.count(OutcomeDead)
+		},
+		Taken: func() {
+			select {
+			case d.wake <- struct{}{}:
+			default:
+			}
+		},
+	}
+}
+
+// buried is a message a shard takeover wrote dead, as the hook sees every
+// settled one: read back, or its id and token alone if the read fails.
+func (d *Dispatcher) buried(ctx context.Context, id, token int64) *Message {
+	m := &Message{ID: id, IDNamespace: d.cfg.IDNamespace, FencingToken: token}
+	if det, err := d.store.Message(ctx, d.pool, id); err == nil {
+		m.AggregateType, m.AggregateID, m.EventType = det.AggregateType, det.AggregateID, det.EventType
+		m.Payload, m.CreatedAt, m.Attempt, m.Headers = det.Payload, det.CreatedAt, det.Attempts, det.Headers
+	}
+	return m
 }

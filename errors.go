@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/outboxd/outbox/internal/lease"
 	"github.com/outboxd/outbox/internal/store"
 )
 
 // ErrLeaseLost reports that a fenced write matched no row: the lease this
 // worker held was taken over (or the row was reaped), so the write was
 // dropped rather than overwrite the newer owner's state.
-var ErrLeaseLost = errors.New("outbox: lease lost")
+var ErrLeaseLost = lease.ErrLost
 
 // ErrNotFound reports that an admin operation named a row that does not exist
 // or is not in the state the operation needs.

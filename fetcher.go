@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outbox/internal/failpoint"
+	"github.com/outboxd/outbox/internal/lease"
 	"github.com/outboxd/outbox/internal/service"
 	"github.com/outboxd/outbox/internal/store"
 )
@@ -23,9 +24,6 @@ type claimed struct {
 	// clock.
 	dbNow     time.Time
 	claimedAt time.Time
-	// shard is the row's shard under LeaseShards (msg.FencingToken is
-	// then the shard's token).
-	shard int
 }
 
 func (c *claimed) lease() store.Lease { return store.Lease{ID: c.msg.ID, Version: c.msg.FencingToken} }
@@ -40,7 +38,7 @@ func (c *claimed) dbTime() time.Time { return c.dbNow.Add(time.Since(c.claimedAt
 // backoff.
 type fetcher struct {
 	cfg     *Config
-	mode    leaseMode
+	mode    lease.Mode
 	store   *store.Store
 	pool    *pgxpool.Pool
 	sizer   *claimSizer
@@ -55,7 +53,7 @@ type fetcher struct {
 
 	drain  bool // return once nothing is left to deliver
 	slots  *slots
-	leases *leaseRegistry
+	leases *lease.Registry
 	out    chan<- *claimed
 
 	waiting    bool // our waiter row is registered
@@ -127,7 +125,7 @@ func (f *fetcher) claim(ctx context.Context, batch int) ([]store.Row, time.Time,
 	start := time.Now()
 	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	rows, dbNow, err := f.mode.claim(claimCtx, batch, f.clearWait)
+	rows, dbNow, err := f.mode.Claim(claimCtx, batch, f.clearWait)
 	if err == nil {
 		f.cool.claimed(time.Since(start), len(rows), f.clearWait)
 	}
@@ -157,11 +155,10 @@ func (f *fetcher) emit(rows []store.Row, start, dbNow time.Time) {
 			},
 			dbNow:     dbNow,
 			claimedAt: claimedAt,
-			shard:     r.Shard,
 		}
 		leases[i] = claims[i].lease()
 	}
-	f.leases.add(leases, f.mode.deadline(start))
+	f.leases.Add(leases, f.mode.Deadline(start))
 	for i := range claims {
 		f.out <- &claims[i]
 	}
@@ -185,7 +182,7 @@ func (f *fetcher) idle(ctx context.Context) bool {
 		if f.slots.inUse() > 0 {
 			return f.sleep(ctx, f.slots.released(), f.cfg.PollInterval)
 		}
-		more, err := f.mode.undelivered(ctx)
+		more, err := f.mode.Undelivered(ctx)
 		if err == nil && !more {
 			return false
 		}
@@ -257,7 +254,7 @@ func (f *fetcher) gate() (batch int, wait time.Duration, extra <-chan struct{}) 
 // and no producer notifies about that, so the completer's give-back wakes
 // the fetcher; otherwise nothing (a finalize frees no row).
 func (f *fetcher) headFreed() <-chan struct{} {
-	if f.mode.ordered() {
+	if f.mode.Ordered() {
 		return f.slots.released()
 	}
 	return nil

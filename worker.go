@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outbox/internal/failpoint"
+	"github.com/outboxd/outbox/internal/lease"
 	"github.com/outboxd/outbox/internal/store"
 )
 
@@ -28,7 +29,10 @@ type worker struct {
 	cfg     *Config
 	breaker *breaker
 	sizer   *claimSizer
-	leases  *leaseRegistry
+	leases  *lease.Registry
+	// renewEvery is how often the lease mode extends the leases of rows
+	// in flight (zero: never).
+	renewEvery time.Duration
 	// publish calls the sink; observe tells the breaker what it
 	// answered; classify turns the answer into a verdict.
 	publish  func(context.Context, *Message) error
@@ -40,9 +44,7 @@ type worker struct {
 // started are released instead of published.
 func (w *worker) run(ctx context.Context, in <-chan *claimed, out chan<- verdict) {
 	for c := range in {
-		v := w.process(ctx, c)
-		v.write.Shard = c.shard
-		out <- v
+		out <- w.process(ctx, c)
 	}
 }
 
@@ -55,15 +57,15 @@ func (w *worker) process(ctx context.Context, c *claimed) verdict {
 	if w.breaker.paused() {
 		return release(c, "released unpublished: sink unavailable")
 	}
-	remaining := w.leases.untilDeadline(c.lease())
-	if remaining < w.cfg.startWindow() {
+	remaining := w.leases.UntilDeadline(c.lease())
+	if remaining < startWindow(w.cfg, w.renewEvery) {
 		// Waited in its batch until too little of its lease is left for a
 		// useful publish: the lease cap is not the message's fault, so
 		// the attempt is refunded rather than spent on a cut-short try.
 		return release(c, "released unpublished: lease too close to expiry")
 	}
 	timeout, capped := w.cfg.PublishTimeout, false
-	if w.cfg.renewEvery() == 0 && remaining < timeout {
+	if w.renewEvery == 0 && remaining < timeout {
 		// Without heartbeats the lease cannot grow: the publish must end
 		// inside it.
 		timeout, capped = remaining, true
@@ -93,12 +95,12 @@ func (w *worker) publishTimed(ctx context.Context, c *claimed, timeout time.Dura
 	defer cancelCause(nil)
 	pctx, cancel := context.WithTimeout(cctx, timeout)
 	defer cancel()
-	w.leases.begin(c.lease(), cancelCause)
+	w.leases.Begin(c.lease(), cancelCause)
 	endSection := failpoint.During("mid-publish")
 	err := w.publish(pctx, &c.msg)
 	endSection()
 	failpoint.Hit("after-publish")
-	took := w.leases.end(c.lease())
+	took := w.leases.End(c.lease())
 	return pctx, took, err
 }
 
@@ -107,9 +109,9 @@ func (w *worker) publishTimed(ctx context.Context, c *claimed, timeout time.Dura
 // quarter of the lease, or PublishTimeout if shorter, gives a healthy sink
 // a fair try. With heartbeats the lease must last until the next beat
 // extends it: one renewal interval (at most a third of the lease).
-func (c *Config) startWindow() time.Duration {
-	if every := c.renewEvery(); every > 0 {
-		return every
+func startWindow(c *Config, renewEvery time.Duration) time.Duration {
+	if renewEvery > 0 {
+		return renewEvery
 	}
 	return min(c.PublishTimeout, c.Lease/4)
 }

@@ -1,4 +1,4 @@
-package outbox
+package lease
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/outboxd/outbox/internal/store"
 )
 
-// keeper renews the shard leases on their own schedule, whatever the
+// Keeper renews the shard leases on their own schedule, whatever the
 // fetcher does: a dispatcher whose workers are all busy with slow publishes
 // claims nothing for a while, and must keep its shards all the same. After
 // each renewal the rows in flight are trusted until the new lease's end,
@@ -17,14 +17,14 @@ import (
 // of a shard that was lost have their publishes cancelled. run is the
 // dispatcher's run: once it is stopping, the keeper renews but no longer
 // takes shards.
-func (s *shardLeases) keeper(run context.Context, leases *leaseRegistry) func(context.Context) {
+func (s *shardLeases) Keeper(run context.Context, leases *Registry) func(context.Context) {
 	return func(ctx context.Context) {
 		service.Every(ctx, s.tick(), func() {
 			// A turn is not cut short when the keeper stops: an acquire
 			// cut off after the server committed it would leave shards
 			// this dispatcher holds without knowing it, which its stop
 			// then does not release.
-			turn, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(s.cfg.renewEvery(), time.Second))
+			turn, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(s.cfg.RenewEvery(), time.Second))
 			defer cancel()
 			s.keep(turn, run.Err() == nil, leases)
 		})
@@ -34,41 +34,37 @@ func (s *shardLeases) keeper(run context.Context, leases *leaseRegistry) func(co
 // tick is how often the keeper looks: often enough to renew on time and
 // to notice free shards within a poll interval.
 func (s *shardLeases) tick() time.Duration {
-	return max(min(s.cfg.PollInterval, s.cfg.renewEvery()/4), time.Millisecond)
+	return max(min(s.cfg.PollInterval, s.cfg.RenewEvery()/4), time.Millisecond)
 }
 
 // keep runs one turn of the keeper.
-func (s *shardLeases) keep(ctx context.Context, balance bool, leases *leaseRegistry) {
-	start := time.Now()
+func (s *shardLeases) keep(ctx context.Context, balance bool, leases *Registry) {
+	start := s.cfg.Clock.Now()
 	renewed, gained, err := s.maintain(ctx, balance)
 	if gained {
 		// Rows of the new shards are waiting: read them now, not at
 		// the next poll.
-		select {
-		case s.wake <- struct{}{}:
-		default:
-		}
+		s.cb.taken()
 	}
 	if err != nil {
 		s.log.WarnContext(ctx, "shard renewal failed; publishes past their lease will be cancelled", slog.Any("error", err))
-		for _, l := range leases.overdue() {
-			leases.cancel(l, ErrLeaseLost)
+		for _, l := range leases.Overdue() {
+			leases.Cancel(l, ErrLost)
 		}
 	}
 	s.abandonHung(ctx, leases)
 	if !renewed {
 		return
 	}
-	kept, lost := leases.renew(s.deadline(start), s.holds)
+	kept, lost := leases.Renew(start.Add(s.cfg.trusted()), s.holds)
 	for _, l := range lost {
-		if leases.publishing(l) {
-			leases.cancel(l, ErrLeaseLost)
+		if leases.Publishing(l) {
+			leases.Cancel(l, ErrLost)
 			s.log.Warn("shard lease lost during publish; cancelling it",
 				slog.Int64("outbox_id", l.ID), slog.Int64("lease_version", l.Version))
 		}
 	}
-	s.stats.heartbeats.Add(1)
-	s.hook.OnHeartbeat(HeartbeatEvent{Rows: kept, LeaseLost: len(lost), Duration: time.Since(start), Err: err})
+	s.cb.beat(Beat{Rows: kept, LeaseLost: len(lost), Duration: s.cfg.Clock.Since(start), Err: err})
 }
 
 // holds reports whether the lease of a row in flight still holds: its
@@ -76,8 +72,8 @@ func (s *shardLeases) keep(ctx context.Context, balance bool, leases *leaseRegis
 func (s *shardLeases) holds(l store.Lease) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, ok := s.inFlight[l.ID]
-	return ok && r.Token == l.Version && s.held[r.Shard] == l.Version
+	r, ok := s.flight.of(l.ID)
+	return ok && r.Token == l.Version && s.members.holds(r.Shard, l.Version)
 }
 
 // abandonHung gives up the shards of publishes hung past PublishTimeout
@@ -88,31 +84,20 @@ func (s *shardLeases) holds(l store.Lease) bool {
 // and, once nothing else of it is in flight, released: whoever takes it
 // next, under a new token, delivers the message again, and the hung
 // publish's late finalize is fenced off.
-func (s *shardLeases) abandonHung(ctx context.Context, leases *leaseRegistry) {
-	_, newlyHung := leases.beatable(time.Now().Add(-s.cfg.PublishTimeout - s.cfg.renewEvery()))
-	s.mu.Lock()
-	for _, l := range newlyHung {
-		s.stats.hung.Add(1)
-		if r, ok := s.inFlight[l.ID]; ok && r.Token == l.Version {
-			s.hung[l.ID], s.abandoned[r.Shard] = true, true
-		}
+func (s *shardLeases) abandonHung(ctx context.Context, leases *Registry) {
+	newly := leases.MarkHung(s.cfg.Clock.Now().Add(-s.cfg.PublishTimeout - s.cfg.RenewEvery()))
+	for _, l := range newly {
+		s.cb.hung(l)
 		s.log.Error("publish hung past its timeout (the sink ignores its context); giving its shard up",
 			slog.Int64("outbox_id", l.ID), slog.Int64("lease_version", l.Version),
 			slog.Duration("publish_timeout", s.cfg.PublishTimeout))
 	}
+	s.mu.Lock()
+	s.flight.markHung(newly)
 	var release []store.ShardLease
-	for shard := range s.abandoned {
-		if !s.onlyHungLocked(shard) {
-			continue
-		}
-		delete(s.abandoned, shard)
-		if token, ok := s.held[shard]; ok {
+	for _, shard := range s.flight.giveUp() {
+		if token, ok := s.members.held[shard]; ok {
 			release = append(release, store.ShardLease{Shard: shard, Token: token})
-		}
-		for id, r := range s.inFlight {
-			if r.Shard == shard {
-				delete(s.inFlight, id) // read again by whoever takes the shard
-			}
 		}
 	}
 	s.mu.Unlock()
@@ -121,15 +106,4 @@ func (s *shardLeases) abandonHung(ctx context.Context, leases *leaseRegistry) {
 			s.log.WarnContext(ctx, "could not give up a shard; it passes on when its lease ends", slog.Any("error", err))
 		}
 	}
-}
-
-// onlyHungLocked reports whether every message of shard in flight is a
-// hung publish; s.mu is held.
-func (s *shardLeases) onlyHungLocked(shard int) bool {
-	for id, r := range s.inFlight {
-		if r.Shard == shard && !s.hung[id] {
-			return false
-		}
-	}
-	return true
 }

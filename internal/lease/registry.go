@@ -1,4 +1,4 @@
-package outbox
+package lease
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"github.com/outboxd/outbox/internal/store"
 )
 
-// leaseRegistry holds what changes about a claimed row while it is in the
+// Registry holds what changes about a claimed row while it is in the
 // dispatcher: when its lease is no longer trusted, where its publish is, and
 // how to cancel that publish. The fetcher registers each claimed lease, the
 // worker marks its publish, the heartbeat extends and cancels, and the
@@ -16,19 +16,12 @@ import (
 // lease, not row: a dispatcher that lost a lease may claim the row again
 // before the old lease's publish has ended, and forgetting the old entry
 // must not drop the new.
-type leaseRegistry struct {
-	// now is the clock (time.Now when nil; tests set their own).
-	now func() time.Time
+type Registry struct {
+	// Clock is the registry's time (the wall clock when nil).
+	Clock Clock
 
 	mu sync.Mutex
 	m  map[store.Lease]*leaseState
-}
-
-func (r *leaseRegistry) clock() time.Time {
-	if r.now == nil {
-		return time.Now()
-	}
-	return r.now()
 }
 
 type leaseState struct {
@@ -54,12 +47,14 @@ const (
 	phasePublished               // waiting for its finalize
 )
 
-func newLeaseRegistry() *leaseRegistry {
-	return &leaseRegistry{m: map[store.Lease]*leaseState{}}
+// NewRegistry returns an empty registry on clock (the wall clock when
+// nil).
+func NewRegistry(clock Clock) *Registry {
+	return &Registry{Clock: clock, m: map[store.Lease]*leaseState{}}
 }
 
-// add registers freshly claimed leases, all trusted until deadline.
-func (r *leaseRegistry) add(leases []store.Lease, deadline time.Time) {
+// Add registers freshly claimed leases, all trusted until deadline.
+func (r *Registry) Add(leases []store.Lease, deadline time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, l := range leases {
@@ -67,8 +62,8 @@ func (r *leaseRegistry) add(leases []store.Lease, deadline time.Time) {
 	}
 }
 
-// forget drops leases whose outcome was written (or given up on).
-func (r *leaseRegistry) forget(leases []store.Lease) {
+// Forget drops leases whose outcome was written (or given up on).
+func (r *Registry) Forget(leases []store.Lease) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, l := range leases {
@@ -76,19 +71,19 @@ func (r *leaseRegistry) forget(leases []store.Lease) {
 	}
 }
 
-// untilDeadline is how long l is still trusted (zero or less: no longer).
-func (r *leaseRegistry) untilDeadline(l store.Lease) time.Duration {
+// UntilDeadline is how long l is still trusted (zero or less: no longer).
+func (r *Registry) UntilDeadline(l store.Lease) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if s, ok := r.m[l]; ok {
-		return s.deadline.Sub(r.clock())
+		return s.deadline.Sub(r.Clock.Now())
 	}
 	return 0
 }
 
-// lastDeadline is the latest deadline among leases (zero if none is
+// LastDeadline is the latest deadline among leases (zero if none is
 // registered), taken under one lock for a whole batch.
-func (r *leaseRegistry) lastDeadline(leases []store.Lease) time.Time {
+func (r *Registry) LastDeadline(leases []store.Lease) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var last time.Time
@@ -100,9 +95,9 @@ func (r *leaseRegistry) lastDeadline(leases []store.Lease) time.Time {
 	return last
 }
 
-// renew moves to deadline the deadline of every lease keep accepts, and
+// Renew moves to deadline the deadline of every lease keep accepts, and
 // returns how many it moved and the leases keep refused.
-func (r *leaseRegistry) renew(deadline time.Time, keep func(store.Lease) bool) (kept int, lost []store.Lease) {
+func (r *Registry) Renew(deadline time.Time, keep func(store.Lease) bool) (kept int, lost []store.Lease) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for l, s := range r.m {
@@ -116,12 +111,12 @@ func (r *leaseRegistry) renew(deadline time.Time, keep func(store.Lease) bool) (
 	return kept, lost
 }
 
-// overdue returns the leases being published past their deadline.
-func (r *leaseRegistry) overdue() []store.Lease {
+// Overdue returns the leases being published past their deadline.
+func (r *Registry) Overdue() []store.Lease {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []store.Lease
-	now := r.clock()
+	now := r.Clock.Now()
 	for l, s := range r.m {
 		if s.phase == phasePublishing && !s.deadline.After(now) {
 			out = append(out, l)
@@ -130,17 +125,17 @@ func (r *leaseRegistry) overdue() []store.Lease {
 	return out
 }
 
-// begin records that l's publish starts now; cancel ends it.
-func (r *leaseRegistry) begin(l store.Lease, cancel context.CancelCauseFunc) {
+// Begin records that l's publish starts now; cancel ends it.
+func (r *Registry) Begin(l store.Lease, cancel context.CancelCauseFunc) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if s, ok := r.m[l]; ok {
-		s.phase, s.started, s.cancel = phasePublishing, r.clock(), cancel
+		s.phase, s.started, s.cancel = phasePublishing, r.Clock.Now(), cancel
 	}
 }
 
-// end records that l's publish returned, and how long it took.
-func (r *leaseRegistry) end(l store.Lease) time.Duration {
+// End records that l's publish returned, and how long it took.
+func (r *Registry) End(l store.Lease) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s, ok := r.m[l]
@@ -148,11 +143,11 @@ func (r *leaseRegistry) end(l store.Lease) time.Duration {
 		return 0
 	}
 	s.phase, s.cancel = phasePublished, nil
-	return r.clock().Sub(s.started)
+	return r.Clock.Now().Sub(s.started)
 }
 
-// extend moves l's deadline to deadline.
-func (r *leaseRegistry) extend(l store.Lease, deadline time.Time) {
+// Extend moves l's deadline to deadline.
+func (r *Registry) Extend(l store.Lease, deadline time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if s, ok := r.m[l]; ok {
@@ -160,16 +155,16 @@ func (r *leaseRegistry) extend(l store.Lease, deadline time.Time) {
 	}
 }
 
-// publishing reports whether l's publish is running.
-func (r *leaseRegistry) publishing(l store.Lease) bool {
+// Publishing reports whether l's publish is running.
+func (r *Registry) Publishing(l store.Lease) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s, ok := r.m[l]
 	return ok && s.phase == phasePublishing
 }
 
-// cancel ends l's publish, if it is running, with cause.
-func (r *leaseRegistry) cancel(l store.Lease, cause error) {
+// Cancel ends l's publish, if it is running, with cause.
+func (r *Registry) Cancel(l store.Lease, cause error) {
 	r.mu.Lock()
 	var cancel context.CancelCauseFunc
 	if s, ok := r.m[l]; ok {
@@ -181,25 +176,32 @@ func (r *leaseRegistry) cancel(l store.Lease, cause error) {
 	}
 }
 
-// beatable returns the leases a heartbeat extends: those whose publish has
-// started, but not publishes that began before hungBefore (their sink
-// ignores its context): those are marked hung, returned as newlyHung once,
-// and left to their lease so a healthy dispatcher takes the row over.
-// Queued rows are not extended: another dispatcher may take them once their
-// claim's lease runs out.
-func (r *leaseRegistry) beatable(hungBefore time.Time) (held, newlyHung []store.Lease) {
+// MarkHung marks hung the publishes that began before before and still
+// run (their sink ignores its context), and returns those newly marked:
+// their leases are no longer kept.
+func (r *Registry) MarkHung(before time.Time) (newly []store.Lease) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	held = make([]store.Lease, 0, len(r.m))
 	for l, s := range r.m {
-		switch {
-		case s.phase == phaseQueued || s.hung:
-		case s.phase == phasePublishing && s.started.Before(hungBefore):
+		if s.phase == phasePublishing && !s.hung && s.started.Before(before) {
 			s.hung = true
-			newlyHung = append(newlyHung, l)
-		default:
+			newly = append(newly, l)
+		}
+	}
+	return newly
+}
+
+// Beatable returns the leases a heartbeat extends: those whose publish has
+// started and is not hung. Queued rows are not extended: another
+// dispatcher may take them once their claim's lease runs out.
+func (r *Registry) Beatable() []store.Lease {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	held := make([]store.Lease, 0, len(r.m))
+	for l, s := range r.m {
+		if s.phase != phaseQueued && !s.hung {
 			held = append(held, l)
 		}
 	}
-	return held, newlyHung
+	return held
 }

@@ -1,4 +1,4 @@
-package outbox
+package lease
 
 import (
 	"context"
@@ -16,13 +16,12 @@ import (
 // heartbeats fail (the database is unreachable), since another worker may
 // then take it.
 type heartbeat struct {
-	cfg    *Config
 	store  *store.Store
 	pool   *pgxpool.Pool
-	stats  *counters
-	hook   Hook
+	cfg    Config
+	cb     Callbacks
 	log    *slog.Logger
-	leases *leaseRegistry
+	leases *Registry
 }
 
 // run beats until ctx is done.
@@ -41,55 +40,50 @@ func (h *heartbeat) run(ctx context.Context) {
 
 // beat runs one heartbeat statement over the leases worth extending.
 func (h *heartbeat) beat(ctx context.Context) {
-	held, hung := h.beatable()
+	hung := h.markHung()
+	held := h.leases.Beatable()
 	if len(held) == 0 {
 		if hung > 0 {
-			h.hook.OnHeartbeat(HeartbeatEvent{Hung: hung})
+			h.cb.beat(Beat{Hung: hung, Idle: true})
 		}
 		return
 	}
-	start := time.Now()
+	start := h.cfg.Clock.Now()
 	hctx, cancel := context.WithTimeout(ctx, h.cfg.HeartbeatInterval)
 	extended, err := h.store.Heartbeat(hctx, h.pool, h.cfg.Owner, held, h.cfg.Lease)
 	cancel()
-	h.stats.heartbeats.Add(1)
 	lost := 0
 	for _, l := range held {
 		switch {
 		case err == nil && extended[l]:
-			h.leases.extend(l, start.Add(h.cfg.Lease-h.cfg.Lease/10))
-		case !h.leases.publishing(l):
+			h.leases.Extend(l, start.Add(h.cfg.trusted()))
+		case !h.leases.Publishing(l):
 			// The publish ended: its finalize may have written the row
 			// since the snapshot, and it reports a lease that was lost.
-		case err == nil, h.leases.untilDeadline(l) <= 0:
+		case err == nil, h.leases.UntilDeadline(l) <= 0:
 			lost++
-			h.cancelPublish(l)
+			h.leases.Cancel(l, ErrLost)
+			h.log.Warn("lease lost during publish; cancelling it",
+				slog.Int64("outbox_id", l.ID), slog.Int64("lease_version", l.Version))
 		}
 	}
 	if err != nil {
 		h.log.Warn("heartbeat failed; publishes past their lease will be cancelled", slog.Any("error", err))
 	}
-	h.hook.OnHeartbeat(HeartbeatEvent{Rows: len(held), LeaseLost: lost, Hung: hung, Duration: time.Since(start), Err: err})
+	h.cb.beat(Beat{Rows: len(held), LeaseLost: lost, Hung: hung, Duration: h.cfg.Clock.Since(start), Err: err})
 }
 
-// beatable returns the leases the next heartbeat extends: all started
-// publishes but those running past PublishTimeout plus one heartbeat
-// interval, whose sink ignores its context. Those are left to their lease,
-// so a healthy dispatcher takes the row over; hung counts the ones newly
-// found.
-func (h *heartbeat) beatable() (held []store.Lease, hung int) {
-	held, newlyHung := h.leases.beatable(time.Now().Add(-h.cfg.PublishTimeout - h.cfg.HeartbeatInterval))
-	for _, l := range newlyHung {
-		h.stats.hung.Add(1)
+// markHung stops extending the leases of publishes running past
+// PublishTimeout plus one heartbeat interval, whose sink ignores its
+// context: they are left to their lease, so a healthy dispatcher takes the
+// row over. It returns how many it newly found.
+func (h *heartbeat) markHung() int {
+	newly := h.leases.MarkHung(h.cfg.Clock.Now().Add(-h.cfg.PublishTimeout - h.cfg.HeartbeatInterval))
+	for _, l := range newly {
+		h.cb.hung(l)
 		h.log.Error("publish hung past its timeout (the sink ignores its context); no longer extending its lease",
 			slog.Int64("outbox_id", l.ID), slog.Int64("lease_version", l.Version),
 			slog.Duration("publish_timeout", h.cfg.PublishTimeout))
 	}
-	return held, len(newlyHung)
-}
-
-func (h *heartbeat) cancelPublish(l store.Lease) {
-	h.leases.cancel(l, ErrLeaseLost)
-	h.log.Warn("lease lost during publish; cancelling it",
-		slog.Int64("outbox_id", l.ID), slog.Int64("lease_version", l.Version))
+	return len(newly)
 }

@@ -1,0 +1,177 @@
+package lease
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outbox/internal/store"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// heldOf is a membership holding shards, each under token 10+shard.
+func heldOf(shards ...int) membership {
+	m := newMembership()
+	for _, s := range shards {
+		m.held[s] = int64(10 + s)
+	}
+	return m
+}
+
+func TestUnitReadPlan(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name          string
+		held          []int
+		isolated      map[int]int64
+		inFlight      map[int64]int // id → shard
+		abandoned     []int
+		plain, isoOut []int
+	}{
+		{name: "nothing held"},
+		{name: "all plain, in order", held: []int{3, 1, 2}, plain: []int{1, 2, 3}},
+		{name: "plain shards are read with messages in flight", held: []int{1, 2}, inFlight: map[int64]int{7: 1}, plain: []int{1, 2}},
+		{name: "an isolated shard is read when nothing of it is in flight", held: []int{1, 2}, isolated: map[int]int64{2: 50}, plain: []int{1}, isoOut: []int{2}},
+		{name: "an isolated shard waits for its message in flight", held: []int{1, 2}, isolated: map[int]int64{2: 50}, inFlight: map[int64]int{40: 2}, plain: []int{1}},
+		{name: "an abandoned shard is not read", held: []int{1, 2, 3}, isolated: map[int]int64{3: 9}, abandoned: []int{2, 3}, plain: []int{1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, f := heldOf(tt.held...), newFlight()
+			for s, id := range tt.isolated {
+				m.isolated[s] = id
+			}
+			for id, s := range tt.inFlight {
+				f.ids[id] = store.ShardLease{Shard: s, Token: m.held[s]}
+			}
+			for _, s := range tt.abandoned {
+				f.abandoned[s] = true
+			}
+			plain, isolated, tokens := readPlan(&m, &f)
+			require.Equal(t, tt.plain, plain)
+			require.Equal(t, tt.isoOut, isolated)
+			require.Equal(t, m.held, tokens, "every held shard's token, abandoned ones too")
+		})
+	}
+}
+
+func TestUnitIsolation(t *testing.T) {
+	t.Parallel()
+	row := func(id int64, shard int) store.Row { return store.Row{ID: id, Shard: shard} }
+	m := heldOf(1, 2, 3, 4)
+	m.isolated = map[int]int64{1: 100, 2: 100, 3: 100, 4: 100}
+	tokens := map[int]int64{1: 11, 2: 12, 3: 13, 4: 14}
+	read := []store.Row{row(50, 1), row(150, 2), row(60, 4)} // shard 3 has nothing due
+
+	writes, rows, ended := m.isolation([]int{1, 2, 3, 4}, tokens, read, 2)
+	require.Equal(t, []store.Isolation{
+		{ShardLease: store.ShardLease{Shard: 1, Token: 11}, ID: ptr(int64(50))},
+		{ShardLease: store.ShardLease{Shard: 2, Token: 12}},
+		{ShardLease: store.ShardLease{Shard: 3, Token: 13}},
+	}, writes, "a message up to isolate_through is declared; past it, or with none due, the isolation ends; shard 4 waits for room")
+	require.Equal(t, []store.Row{row(50, 1), row(150, 2)}, rows, "at most batch rows")
+	require.Equal(t, map[int]bool{2: true, 3: true}, ended)
+
+	m.isolatedWritten([]int{1, 2}, ended) // shard 3's write did not hold
+	require.Equal(t, map[int]int64{1: 100, 3: 100, 4: 100}, m.isolated)
+}
+
+func TestUnitFairShareAndExtras(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ count, alive, share int }{
+		{16, 1, 16}, {16, 3, 6}, {16, 4, 4}, {16, 17, 1}, {1, 2, 1}, {16, 0, 16},
+	} {
+		require.Equal(t, tt.share, fairShare(tt.count, tt.alive), "%d shards, %d alive", tt.count, tt.alive)
+	}
+	m := heldOf(0, 1, 2, 3, 4, 5)
+	require.Empty(t, m.extras(6, nil))
+	require.Equal(t, []store.ShardLease{{Shard: 5, Token: 15}, {Shard: 3, Token: 13}},
+		m.extras(4, map[int]bool{4: true}), "highest first, skipping busy shards")
+	require.Equal(t, []store.ShardLease{{Shard: 5, Token: 15}, {Shard: 4, Token: 14}, {Shard: 3, Token: 13}, {Shard: 2, Token: 12}, {Shard: 1, Token: 11}, {Shard: 0, Token: 10}},
+		m.extras(0, nil))
+}
+
+func TestUnitMembershipRenewAndTake(t *testing.T) {
+	t.Parallel()
+	m := heldOf(1, 2)
+	m.isolated[2] = 9
+	m.take(store.AcquiredShard{ShardLease: store.ShardLease{Shard: 3, Token: 30}, IsolateThrough: ptr(int64(77))})
+	require.True(t, m.holds(3, 30))
+	require.False(t, m.holds(3, 29), "another token is not held")
+	require.Equal(t, map[int]int64{2: 9, 3: 77}, m.isolated)
+
+	m.renewed([]store.ShardLease{{Shard: 1, Token: 11}, {Shard: 3, Token: 30}})
+	require.Equal(t, []int{1, 3}, m.sorted())
+	require.Equal(t, map[int]int64{3: 77}, m.isolated, "a lost shard is no longer isolated")
+
+	m.drop([]store.ShardLease{{Shard: 3, Token: 30}})
+	require.Equal(t, []store.ShardLease{{Shard: 1, Token: 11}}, m.leases())
+	require.Empty(t, m.isolated)
+}
+
+// A hung publish abandons its shard; the shard is given up once nothing
+// but hung publishes of it are in flight, and a late verdict of the hung
+// publish does not forget the same id read again under a new token.
+func TestUnitFlightHungAndSettle(t *testing.T) {
+	t.Parallel()
+	f := newFlight()
+	f.ids[1] = store.ShardLease{Shard: 4, Token: 7}
+	f.ids[2] = store.ShardLease{Shard: 4, Token: 7}
+	f.ids[3] = store.ShardLease{Shard: 5, Token: 8}
+
+	f.markHung([]store.Lease{{ID: 1, Version: 7}, {ID: 3, Version: 99}})
+	require.Equal(t, map[int]bool{4: true}, f.abandoned, "a hung lease of another token abandons nothing")
+	require.Empty(t, f.giveUp(), "message 2 of shard 4 is still being delivered")
+	require.Equal(t, map[int]bool{4: true, 5: true}, f.busy())
+
+	f.settle([]store.RowWrite{{ID: 2, LeaseVersion: 7}})
+	require.Equal(t, []int{4}, f.giveUp())
+	require.Empty(t, f.abandoned)
+	_, ok := f.of(1)
+	require.False(t, ok, "a given-up shard's ids are forgotten: its next owner reads them")
+	require.True(t, f.hung[1], "until its verdict comes")
+
+	f.ids[1] = store.ShardLease{Shard: 4, Token: 9} // read again after a retake
+	f.settle([]store.RowWrite{{ID: 1, LeaseVersion: 7}})
+	l, ok := f.of(1)
+	require.True(t, ok, "the hung publish's verdict leaves the new read alone")
+	require.Equal(t, int64(9), l.Token)
+	require.False(t, f.hung[1])
+	require.ElementsMatch(t, []int64{1, 3}, f.exclude())
+}
+
+// due renews a renewal interval after the last renewal, and a dispatcher
+// holding nothing every poll interval; the free shards are counted only
+// between renewals of a dispatcher that holds some but not all.
+func TestUnitShardRenewalDue(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	s := newShardLeases(nil, nil, Config{
+		Kind: Shards, Owner: "a", Lease: 30 * time.Second, MaxAttempts: 3, PollInterval: time.Second, Window: 10, Clock: clk.now,
+	}, Callbacks{}, nil, 4)
+	ctx := context.Background()
+	due, err := s.due(ctx)
+	require.NoError(t, err)
+	require.True(t, due, "never renewed")
+
+	s.renewedAt = clk.now()
+	due, _ = s.due(ctx)
+	require.False(t, due, "just renewed")
+	clk.advance(time.Second)
+	due, _ = s.due(ctx)
+	require.True(t, due, "holding nothing: look every poll interval")
+
+	s.members = heldOf(0, 1, 2, 3)
+	s.renewedAt = clk.now()
+	clk.advance(9 * time.Second)
+	due, _ = s.due(ctx)
+	require.False(t, due, "holding every shard: nothing to look for before the renewal")
+	clk.advance(time.Second)
+	due, _ = s.due(ctx)
+	require.True(t, due, "a third of the lease since the last renewal")
+	require.Equal(t, 10*time.Second, s.RenewEvery())
+	require.Equal(t, time.Second, s.tick(), "the poll interval, shorter than a quarter of the renewal")
+}

@@ -1,0 +1,361 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outbox/internal/store"
+)
+
+// shardLeases owns whole shards of the table: the fetcher reads the heads
+// of the shards held, the completer finalizes fenced on each shard's
+// token, and the keeper renews, balances and takes over shards. A shard
+// taken over from an owner that died is delivered one message at a time,
+// each declared before it goes out, up to the last message that owner can
+// have had in flight (docs/shard-leases.md).
+type shardLeases struct {
+	store *store.Store
+	pool  *pgxpool.Pool
+	cfg   Config
+	cb    Callbacks
+	log   *slog.Logger
+	count int // the table's shards
+
+	// mu guards the state below; store calls are made without it.
+	mu      sync.Mutex
+	members membership
+	flight  flight
+	// renewedAt is when the last renewal that succeeded was sent: the
+	// tokens held are trusted until renewedAt + the lease less a tenth.
+	renewedAt time.Time
+	// lookedAt is when the free shards were last counted, between renewals.
+	lookedAt time.Time
+}
+
+func newShardLeases(st *store.Store, pool *pgxpool.Pool, cfg Config, cb Callbacks, log *slog.Logger, count int) *shardLeases {
+	return &shardLeases{
+		store: st, pool: pool, cfg: cfg, cb: cb, log: log, count: count,
+		members: newMembership(), flight: newFlight(),
+	}
+}
+
+// Claim reads the heads of the held shards: one per isolated shard with
+// nothing in flight, declared before it is handed over, then up to batch
+// rows of the others. clearWait drops the dispatcher's waiter row first,
+// as a row claim does in its statement; the read that follows sees every
+// commit the cleared row would have notified. The leases themselves are
+// kept by the keeper, on its own schedule.
+func (s *shardLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]store.Row, time.Time, error) {
+	if clearWait {
+		if err := s.store.Unwait(ctx, s.pool, s.cfg.Owner); err != nil {
+			return nil, time.Time{}, err
+		}
+	}
+	s.mu.Lock()
+	plain, isolated, tokens := readPlan(&s.members, &s.flight)
+	exclude := s.flight.exclude()
+	s.mu.Unlock()
+	var rows []store.Row
+	var now time.Time
+	if len(isolated) > 0 {
+		got, at, err := s.store.ReadShards(ctx, s.pool, s.cfg.Owner, leasesOf(isolated, tokens), exclude, 1)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		if rows, err = s.isolate(ctx, isolated, tokens, got, batch); err != nil {
+			return nil, time.Time{}, err
+		}
+		now = at
+	}
+	if room := batch - len(rows); room > 0 && len(plain) > 0 {
+		got, at, err := s.store.ReadShards(ctx, s.pool, s.cfg.Owner, leasesOf(plain, tokens), exclude, (room+len(plain)-1)/len(plain))
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		rows, now = append(rows, got[:min(len(got), room)]...), at
+	}
+	return s.lease(rows, tokens), now, nil
+}
+
+// leasesOf pairs shards with the tokens they are held under.
+func leasesOf(shards []int, tokens map[int]int64) []store.ShardLease {
+	out := make([]store.ShardLease, len(shards))
+	for i, shard := range shards {
+		out[i] = store.ShardLease{Shard: shard, Token: tokens[shard]}
+	}
+	return out
+}
+
+// isolate writes, before any of them goes out, the declaration of each
+// message an isolated shard is to deliver alone (see
+// membership.isolation). It returns the rows to deliver, at most batch,
+// all of shards still held.
+func (s *shardLeases) isolate(ctx context.Context, shards []int, tokens map[int]int64, read []store.Row, batch int) ([]store.Row, error) {
+	s.mu.Lock()
+	writes, rows, ended := s.members.isolation(shards, tokens, read, batch)
+	s.mu.Unlock()
+	if len(writes) == 0 {
+		return nil, nil
+	}
+	written, err := s.store.Isolate(ctx, s.pool, s.cfg.Owner, writes)
+	if err != nil {
+		return nil, err
+	}
+	kept := make(map[int]bool, len(written))
+	for _, shard := range written {
+		kept[shard] = true
+	}
+	s.mu.Lock()
+	s.members.isolatedWritten(written, ended)
+	s.mu.Unlock()
+	out := rows[:0]
+	for _, r := range rows {
+		if kept[r.Shard] {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// Deadline is when rows read now stop being trusted: the shard leases
+// were last extended by the renewal sent at renewedAt.
+func (s *shardLeases) Deadline(time.Time) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.renewedAt.Add(s.cfg.trusted())
+}
+
+// Finalize writes the outcomes fenced on the tokens of their shards, each
+// looked up among the ids in flight. A write whose id is no longer in
+// flight under its token (its shard was given up while its publish hung)
+// is not sent: its shard is no longer held under that token, so it would
+// not hold.
+func (s *shardLeases) Finalize(ctx context.Context, writes []store.RowWrite) ([]bool, error) {
+	held := make([]bool, len(writes))
+	send := make([]store.RowWrite, 0, len(writes))
+	at := make([]int, 0, len(writes))
+	s.mu.Lock()
+	for i, w := range writes {
+		if l, ok := s.flight.of(w.ID); ok && l.Token == w.LeaseVersion {
+			w.Shard = l.Shard
+			send, at = append(send, w), append(at, i)
+		}
+	}
+	s.mu.Unlock()
+	if len(send) == 0 {
+		return held, nil
+	}
+	written, err := s.store.FinalizeShards(ctx, s.pool, s.cfg.Owner, send)
+	if err != nil {
+		return nil, err
+	}
+	for k, i := range at {
+		held[i] = written[k]
+	}
+	return held, nil
+}
+
+func (s *shardLeases) RenewEvery() time.Duration { return s.cfg.RenewEvery() }
+
+func (s *shardLeases) Ordered() bool { return true }
+
+// Undelivered does not count rows blocked behind a dead head: the shard
+// read never reads them.
+func (s *shardLeases) Undelivered(ctx context.Context) (bool, error) {
+	return s.store.Undelivered(ctx, s.pool, true)
+}
+
+// lease stamps each row with the token its shard had when it was read,
+// and records it in flight. Rows of a shard lost or given up since (the
+// keeper runs beside the read) are dropped: they are no longer this
+// dispatcher's to deliver.
+func (s *shardLeases) lease(rows []store.Row, tokens map[int]int64) []store.Row {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	kept := rows[:0]
+	for _, r := range rows {
+		token, ok := tokens[r.Shard]
+		if !ok || !s.members.holds(r.Shard, token) {
+			continue
+		}
+		r.LeaseVersion = token
+		s.flight.ids[r.ID] = store.ShardLease{Shard: r.Shard, Token: token}
+		kept = append(kept, r)
+	}
+	return kept
+}
+
+// Settled forgets the ids of a finalized batch.
+func (s *shardLeases) Settled(writes []store.RowWrite) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.flight.settle(writes)
+}
+
+// maintain renews the leases when due and, unless the run is stopping,
+// takes or gives back shards towards a fair share of them. renewed reports
+// a renewal (the leases then count from its start), gained that shards
+// were taken.
+func (s *shardLeases) maintain(ctx context.Context, balance bool) (renewed, gained bool, err error) {
+	due, err := s.due(ctx)
+	if err != nil || !due {
+		return false, false, err
+	}
+	share, err := s.renew(ctx)
+	if err != nil || !balance {
+		return err == nil, false, err
+	}
+	gained, err = s.balance(ctx, share)
+	return true, gained, err
+}
+
+// renew extends the leases held and returns this dispatcher's share.
+func (s *shardLeases) renew(ctx context.Context) (share int, err error) {
+	start := s.cfg.Clock.Now()
+	s.mu.Lock()
+	inFlight := len(s.flight.ids)
+	s.mu.Unlock()
+	held, alive, err := s.store.RenewShards(ctx, s.pool, s.cfg.Owner, s.cfg.Lease, inFlight)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.renewedAt = start
+	s.members.renewed(held)
+	return fairShare(s.count, alive), nil
+}
+
+// balance gives back the shards beyond share or takes free ones up to it,
+// then requeues what row leases left in the shards held.
+func (s *shardLeases) balance(ctx context.Context, share int) (gained bool, err error) {
+	s.mu.Lock()
+	extra := s.members.extras(share, s.flight.busy())
+	want := share - len(s.members.held)
+	s.mu.Unlock()
+	if len(extra) > 0 {
+		return false, s.release(ctx, extra)
+	}
+	if want > 0 {
+		n, err := s.acquire(ctx, want)
+		if err != nil {
+			return n > 0, err
+		}
+		gained = n > 0
+	}
+	return gained, s.requeue(ctx)
+}
+
+// due reports whether the leases are to be renewed and balanced now: a
+// renewal interval since the last renewal, or, for a dispatcher holding
+// fewer than every shard, a poll interval since it last looked and shards
+// free (a dispatcher that stopped released its shards and left).
+func (s *shardLeases) due(ctx context.Context) (bool, error) {
+	now := s.cfg.Clock.Now()
+	s.mu.Lock()
+	renewed, looked, held := now.Sub(s.renewedAt), now.Sub(s.lookedAt), len(s.members.held)
+	s.mu.Unlock()
+	poll := s.cfg.PollInterval
+	switch {
+	case renewed >= s.cfg.RenewEvery() || held == 0 && renewed >= poll:
+		return true, nil
+	case held == s.count || looked < poll || renewed < poll:
+		return false, nil
+	}
+	s.mu.Lock()
+	s.lookedAt = now
+	s.mu.Unlock()
+	free, err := s.store.FreeShards(ctx, s.pool)
+	return free > 0, err
+}
+
+// requeue takes over the rows of held shards that row leases left behind.
+func (s *shardLeases) requeue(ctx context.Context) error {
+	s.mu.Lock()
+	shards := s.members.sorted()
+	s.mu.Unlock()
+	n, err := s.store.RequeueExpiredRows(ctx, s.pool, shards)
+	if n > 0 {
+		s.log.InfoContext(ctx, "rows left processing by row leases are pending again", slog.Int64("rows", n))
+	}
+	return err
+}
+
+// acquire takes up to n free shards and returns how many it took. A
+// shard taken from an owner that died is isolated; the message that owner
+// declared it was delivering alone was charged the crash, and goes dead
+// once that uses up its attempts.
+func (s *shardLeases) acquire(ctx context.Context, n int) (int, error) {
+	got, err := s.store.AcquireShards(ctx, s.pool, s.cfg.Owner, s.cfg.Lease, n, s.cfg.Window)
+	if err != nil {
+		return 0, err
+	}
+	var errs []error
+	for _, a := range got {
+		// A message to bury is written dead before its shard can be read:
+		// the fetcher would otherwise deliver it once more meanwhile. If
+		// the write fails, the shard is left unread until the next
+		// renewal lists it, and the message goes out once more.
+		if a.Attempts != nil && *a.Attempts >= s.cfg.MaxAttempts {
+			if err := s.bury(ctx, a); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		} else if a.Attempts != nil {
+			s.log.WarnContext(ctx, "took over a shard whose owner died delivering this message alone: the crash counts as an attempt",
+				slog.Int("shard", a.Shard), slog.Int64("outbox_id", *a.StrikeID), slog.Int("strikes", a.Strikes),
+				slog.Int("attempts", *a.Attempts))
+		}
+		if a.IsolateThrough != nil && a.Attempts == nil {
+			s.log.InfoContext(ctx, "took over a shard whose owner did not release it: delivering its first messages one at a time",
+				slog.Int("shard", a.Shard), slog.Int64("through_id", *a.IsolateThrough))
+		}
+		s.mu.Lock()
+		s.members.take(a)
+		s.mu.Unlock()
+	}
+	return len(got), errors.Join(errs...)
+}
+
+// bury writes dead the message whose owners died delivering it alone until
+// it had no attempt left.
+func (s *shardLeases) bury(ctx context.Context, a store.AcquiredShard) error {
+	msg := fmt.Sprintf("lease expired after max attempts: dispatcher died %d times delivering this message alone", a.Strikes)
+	_, err := s.store.FinalizeShards(ctx, s.pool, s.cfg.Owner, []store.RowWrite{{
+		ID: *a.StrikeID, Shard: a.Shard, LeaseVersion: a.Token, Status: store.StatusDead, Error: msg, Refund: true,
+	}})
+	if err == nil {
+		s.cb.buried(ctx, *a.StrikeID, a.Token, errors.New(msg))
+		s.log.ErrorContext(ctx, "message went dead: it crashed its dispatchers", slog.Int64("outbox_id", *a.StrikeID), slog.Int("strikes", a.Strikes))
+	}
+	return err
+}
+
+func (s *shardLeases) release(ctx context.Context, leases []store.ShardLease) error {
+	_, err := s.store.ReleaseShards(ctx, s.pool, s.cfg.Owner, leases)
+	s.mu.Lock()
+	s.members.drop(leases)
+	s.mu.Unlock()
+	return err
+}
+
+// Close gives every held shard back and leaves the members, at shutdown
+// once every verdict is written, so the others take the shards at once
+// (their share grows) and strike nothing.
+func (s *shardLeases) Close(ctx context.Context) error {
+	s.mu.Lock()
+	leases := s.members.leases()
+	s.mu.Unlock()
+	if len(leases) > 0 {
+		if err := s.release(ctx, leases); err != nil {
+			return err
+		}
+	}
+	return s.store.LeaveShards(ctx, s.pool, s.cfg.Owner)
+}
