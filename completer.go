@@ -24,6 +24,7 @@ type completer struct {
 	hook   Hook
 	stats  *counters
 	log    *slog.Logger
+	clock  lease.Clock
 
 	batch  []verdict
 	writes []store.RowWrite
@@ -32,7 +33,7 @@ type completer struct {
 
 func newCompleter(d *Dispatcher, mode lease.Mode, s *slots, leases *lease.Registry, maxBatch int) *completer {
 	return &completer{
-		mode: mode, slots: s, leases: leases, settle: d.settle, hook: d.hook, stats: &d.stats, log: d.log,
+		mode: mode, slots: s, leases: leases, settle: d.settle, hook: d.hook, stats: &d.stats, log: d.log, clock: d.clock,
 		confirm: func(ctx context.Context, w []store.RowWrite) ([]bool, error) {
 			return d.store.FinalizeWritten(ctx, d.pool, w)
 		},
@@ -70,13 +71,13 @@ func (c *completer) finalize(batch []verdict) {
 		c.writes = append(c.writes, batch[i].write)
 		c.keys = append(c.keys, batch[i].claim.lease())
 	}
-	start := time.Now()
+	start := c.clock.Now()
 	defer c.leases.Forget(c.keys)
 	held, err := c.write(c.writes, c.keys)
 	c.mode.Settled(c.writes)
 	if err != nil {
 		c.log.Error("giving up on finalize; rows will be re-claimed after their lease", slog.Int("rows", len(batch)))
-		c.hook.OnFinalize(FinalizeEvent{Rows: len(batch), Duration: time.Since(start), Err: err})
+		c.hook.OnFinalize(FinalizeEvent{Rows: len(batch), Duration: c.clock.Since(start), Err: err})
 		return
 	}
 	lost := 0
@@ -85,7 +86,7 @@ func (c *completer) finalize(batch []verdict) {
 			lost++
 		}
 	}
-	c.hook.OnFinalize(FinalizeEvent{Rows: len(batch), LeaseLost: lost, Duration: time.Since(start)})
+	c.hook.OnFinalize(FinalizeEvent{Rows: len(batch), LeaseLost: lost, Duration: c.clock.Since(start)})
 	for i := range batch {
 		c.settle(&batch[i], held[i])
 	}
@@ -96,7 +97,7 @@ func (c *completer) finalize(batch []verdict) {
 // fenced, so a late success is still correct, and each give-up means
 // re-deliveries. It returns, per write, whether it held.
 func (c *completer) write(writes []store.RowWrite, keys []store.Lease) ([]bool, error) {
-	giveUp := time.Now().Add(2 * time.Second)
+	giveUp := c.clock.Now().Add(2 * time.Second)
 	if last := c.leases.LastDeadline(keys); last.After(giveUp) {
 		giveUp = last
 	}
@@ -104,17 +105,17 @@ func (c *completer) write(writes []store.RowWrite, keys []store.Lease) ([]bool, 
 		// Finalize must not be cut short by shutdown: a publish that succeeded
 		// and is not recorded would be delivered again.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		start := time.Now()
+		start := c.clock.Now()
 		held, err := c.mode.Finalize(ctx, writes)
 		if err == nil && attempt > 0 {
 			err = c.confirmWritten(ctx, writes, held)
 		}
 		cancel()
 		c.stats.finalizes.Add(1)
-		if err == nil || time.Now().After(giveUp) {
+		if err == nil || c.clock.Now().After(giveUp) {
 			return held, err
 		}
-		c.hook.OnFinalize(FinalizeEvent{Rows: len(writes), Duration: time.Since(start), Err: err, Retrying: true})
+		c.hook.OnFinalize(FinalizeEvent{Rows: len(writes), Duration: c.clock.Since(start), Err: err, Retrying: true})
 		c.log.Error("finalize failed; retrying", slog.Any("error", err), slog.Int("rows", len(writes)), slog.Int("try", attempt+1))
 		time.Sleep(min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second))
 	}

@@ -40,6 +40,10 @@ type Dispatcher struct {
 	breaker breaker
 	sizer   *claimSizer
 
+	// clock is the engine's time (the wall clock when nil; tests set
+	// their own).
+	clock lease.Clock
+
 	// runner runs the dispatcher between Start and Stop.
 	runner service.Runner
 }
@@ -159,11 +163,13 @@ func (d *Dispatcher) run(ctx context.Context, drain bool) error {
 		d.store = d.store.Qualified(table.Schema)
 	}
 	channel := table.Channel()
-	mode, err := lease.New(ctx, d.store, d.pool, d.cfg.leaseConfig(), d.leaseCallbacks(), d.log)
+	lc := d.cfg.leaseConfig()
+	lc.Clock = d.clock
+	mode, err := lease.New(ctx, d.store, d.pool, lc, d.leaseCallbacks(), d.log)
 	if err != nil {
 		return err
 	}
-	leases := lease.NewRegistry(nil)
+	leases := lease.NewRegistry(d.clock)
 	var stopListener, stopKeeper func()
 	if !d.cfg.DisableNotify {
 		stopListener = startService(ctx, func(ctx context.Context) { d.listen(ctx, channel) })
@@ -220,7 +226,7 @@ func (d *Dispatcher) relay(ctx context.Context, drain bool, mode lease.Mode, lea
 
 	f := &fetcher{
 		cfg: d.cfg, mode: mode, store: d.store, pool: d.pool, sizer: d.sizer, breaker: &d.breaker, stats: &d.stats,
-		hook: d.hook, log: d.log, wake: d.wake, listening: &d.listening,
+		hook: d.hook, log: d.log, clock: d.clock, wake: d.wake, listening: &d.listening,
 		drain: drain, slots: capacity, leases: leases, out: claims,
 	}
 	f.run(ctx)

@@ -46,6 +46,7 @@ type fetcher struct {
 	stats   *counters
 	hook    Hook
 	log     *slog.Logger
+	clock   lease.Clock
 	// wake fires when a notification arrived; listening tells whether
 	// the listener is up, so that registering as a waiter is worth it.
 	wake      <-chan struct{}
@@ -93,7 +94,7 @@ func (f *fetcher) step(ctx context.Context) bool {
 	if batch == 0 {
 		return f.sleep(ctx, extra, wait)
 	}
-	start := time.Now()
+	start := f.clock.Now()
 	rows, dbNow, err := f.claim(ctx, batch)
 	if err != nil {
 		return f.claimFailed(ctx, err)
@@ -122,16 +123,16 @@ func (f *fetcher) step(ctx context.Context) bool {
 // would strand its rows until their leases expire. Rows it returns after
 // shutdown began are released by the workers.
 func (f *fetcher) claim(ctx context.Context, batch int) ([]store.Row, time.Time, error) {
-	start := time.Now()
+	start := f.clock.Now()
 	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	rows, dbNow, err := f.mode.Claim(claimCtx, batch, f.clearWait)
 	if err == nil {
-		f.cool.claimed(time.Since(start), len(rows), f.clearWait)
+		f.cool.claimed(f.clock.Since(start), len(rows), f.clearWait)
 	}
 	f.breaker.claimed(len(rows))
 	f.stats.claims.Add(1)
-	f.hook.OnClaim(ClaimEvent{Rows: len(rows), Duration: time.Since(start), Err: err})
+	f.hook.OnClaim(ClaimEvent{Rows: len(rows), Duration: f.clock.Since(start), Err: err})
 	return rows, dbNow, err
 }
 
@@ -192,14 +193,14 @@ func (f *fetcher) idle(ctx context.Context) bool {
 		// commit takes a global lock. Registering at most once per
 		// cooldown bounds that cost under a trickle of inserts, at the
 		// price of up to one cooldown of latency; until then, poll.
-		if wait := f.cool.spacing() - time.Since(f.registeredAt); wait > 0 {
+		if wait := f.cool.spacing() - f.clock.Since(f.registeredAt); wait > 0 {
 			return f.sleep(ctx, f.headFreed(), wait)
 		}
 		// Register as idle, then look once more: a row committed before
 		// the registration was visible to producers would otherwise wait
 		// a whole poll interval.
 		if err := f.store.Wait(ctx, f.pool, f.cfg.Owner, 3*f.cfg.PollInterval); err == nil {
-			f.waiting, f.registeredAt = true, time.Now()
+			f.waiting, f.registeredAt = true, f.clock.Now()
 			// The claim that follows sees every commit that notified so
 			// far: a wake-up already pending (the listener's start, say)
 			// would only wake the idle fetcher again for nothing, and its

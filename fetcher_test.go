@@ -1,0 +1,125 @@
+package outbox
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outbox/internal/lease"
+	"github.com/outboxd/outbox/internal/store"
+)
+
+// newTestFetcher is a fetcher over mode alone: no database, no listener.
+func newTestFetcher(cfg *Config, mode lease.Mode, hook Hook, drain bool, out chan *claimed) (*fetcher, *slots, *lease.Registry) {
+	capacity := newSlots(cfg.window())
+	leases := lease.NewRegistry(nil)
+	return &fetcher{
+		cfg: cfg, mode: mode, sizer: newClaimSizer(cfg), breaker: &breaker{}, stats: &counters{},
+		hook: hook, log: cfg.Logger, wake: make(chan struct{}), listening: &atomic.Bool{},
+		drain: drain, slots: capacity, leases: leases, out: out,
+	}, capacity, leases
+}
+
+// The fetcher claims in batches no larger than the batch size, takes a
+// slot for each row, registers each lease until the mode's deadline for a
+// claim sent then, hands the rows over in claim order, and in drain mode
+// returns once nothing is held and the mode has nothing left.
+func TestFetcherClaimsAndDrains(t *testing.T) {
+	t.Parallel()
+	cfg := stageConfig(3, 2)
+	dbNow := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	mode := &fakeMode{queue: rowsOf(1, 10), dbNow: dbNow, trusted: 42 * time.Minute}
+	hook := newStageHook()
+	out := make(chan *claimed, cfg.window())
+	f, capacity, leases := newTestFetcher(cfg, mode, hook, true, out)
+
+	done := make(chan struct{})
+	sent := time.Now()
+	go func() {
+		defer close(done)
+		f.run(context.Background())
+	}()
+	var got []int64
+	for len(got) < 10 {
+		var c *claimed
+		select {
+		case c = <-out:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only %d rows handed over", len(got))
+		}
+		got = append(got, c.msg.ID)
+		require.Equal(t, dbNow, c.dbNow)
+		left := leases.UntilDeadline(c.lease())
+		require.Greater(t, left, 41*time.Minute, "registered until the mode's deadline")
+		require.LessOrEqual(t, left, 42*time.Minute+time.Since(sent))
+		leases.Forget([]store.Lease{c.lease()})
+		capacity.give(1) // the completer's part
+	}
+	within(t, done, "the drain's return")
+	require.Equal(t, []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, got)
+	for _, c := range mode.claimed {
+		require.LessOrEqual(t, len(c), 3, "a claim is at most a batch")
+	}
+	require.Zero(t, capacity.inUse())
+	require.Equal(t, int64(10), f.stats.claimed.Load())
+}
+
+// A failed claim is never fatal: the fetcher backs off and claims again.
+func TestFetcherRetriesAFailedClaim(t *testing.T) {
+	t.Parallel()
+	cfg := stageConfig(5, 1)
+	mode := &fakeMode{queue: rowsOf(1, 2), claimErrs: []error{errFake, errFake}, trusted: time.Minute}
+	hook := newStageHook()
+	out := make(chan *claimed, cfg.window())
+	f, capacity, _ := newTestFetcher(cfg, mode, hook, true, out)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.run(context.Background())
+	}()
+	for range 2 {
+		select {
+		case <-out:
+			capacity.give(1)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the rows were not handed over after the failed claims")
+		}
+	}
+	within(t, done, "the drain's return")
+	require.Equal(t, int64(2), hook.claimErrs.Load(), "both failures reported")
+}
+
+// A fetcher whose slots are all taken claims nothing until the completer
+// gives some back; once stopped, it returns without claiming again.
+func TestFetcherWaitsForRoom(t *testing.T) {
+	t.Parallel()
+	cfg := stageConfig(2, 1) // a window of 5
+	mode := &fakeMode{queue: rowsOf(1, 20), trusted: time.Minute}
+	hook := newStageHook()
+	out := make(chan *claimed, 20)
+	f, capacity, _ := newTestFetcher(cfg, mode, hook, false, out)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.run(ctx)
+	}()
+	for range 4 {
+		<-out
+	}
+	// The sizer holds the window at 5 and a claim needs room for a whole
+	// batch: with 4 held, the fetcher waits for the completer.
+	require.Never(t, func() bool { return len(out) > 0 }, 100*time.Millisecond, 10*time.Millisecond)
+	require.LessOrEqual(t, capacity.inUse(), int64(cfg.window()))
+	capacity.give(4)
+	select {
+	case <-out:
+	case <-time.After(10 * time.Second):
+		t.Fatal("room freed, yet nothing claimed")
+	}
+	cancel()
+	within(t, done, "the fetcher's return on stop")
+}
