@@ -21,10 +21,7 @@ type completer struct {
 	confirm func(context.Context, []store.RowWrite) ([]bool, error)
 	// settle reports each verdict once its write was tried.
 	settle func(v *verdict, held bool)
-	hook   Hook
-	stats  *counters
-	log    *slog.Logger
-	clock  lease.Clock
+	engine
 
 	batch  []verdict
 	writes []store.RowWrite
@@ -33,7 +30,7 @@ type completer struct {
 
 func newCompleter(d *Dispatcher, mode lease.Mode, s *slots, leases *lease.Registry, maxBatch int) *completer {
 	return &completer{
-		mode: mode, slots: s, leases: leases, settle: d.settle, hook: d.hook, stats: &d.stats, log: d.log, clock: d.clock,
+		mode: mode, slots: s, leases: leases, settle: d.settle, engine: d.engine(),
 		confirm: func(ctx context.Context, w []store.RowWrite) ([]bool, error) {
 			return d.store.FinalizeWritten(ctx, d.pool, w)
 		},

@@ -26,8 +26,8 @@ func newTestCompleter(mode lease.Mode, hook Hook, clock lease.Clock, confirm fun
 	var mu sync.Mutex
 	var got []settledVerdict
 	c := &completer{
-		mode: mode, slots: capacity, leases: leases, hook: hook, stats: &counters{},
-		log: stageConfig(1, 1).Logger, clock: clock, batch: make([]verdict, 0, 64),
+		mode: mode, slots: capacity, leases: leases, batch: make([]verdict, 0, 64),
+		engine: engine{hook: hook, stats: &counters{}, log: stageConfig(1, 1).Logger, clock: clock},
 		settle: func(v *verdict, held bool) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxd/outbox/internal/failpoint"
 	"github.com/outboxd/outbox/internal/lease"
 	"github.com/outboxd/outbox/internal/service"
 	"github.com/outboxd/outbox/internal/store"
@@ -211,7 +213,7 @@ func (d *Dispatcher) relay(ctx context.Context, drain bool, mode lease.Mode, lea
 
 	var workers sync.WaitGroup
 	w := &worker{
-		cfg: d.cfg, breaker: &d.breaker, sizer: d.sizer, leases: leases, renewEvery: mode.RenewEvery(),
+		cfg: d.cfg.publishConfig(mode.RenewEvery()), breaker: &d.breaker, sizer: d.sizer, leases: leases,
 		publish: d.publish, observe: d.observeSink, classify: d.classify,
 	}
 	for range d.cfg.Workers {
@@ -225,8 +227,8 @@ func (d *Dispatcher) relay(ctx context.Context, drain bool, mode lease.Mode, lea
 	}()
 
 	f := &fetcher{
-		cfg: d.cfg, mode: mode, store: d.store, pool: d.pool, sizer: d.sizer, breaker: &d.breaker, stats: &d.stats,
-		hook: d.hook, log: d.log, clock: d.clock, wake: d.wake, listening: &d.listening,
+		engine: d.engine(), cfg: d.cfg.fetchConfig(), mode: mode, store: d.store, pool: d.pool, sizer: d.sizer, breaker: &d.breaker,
+		wake: d.wake, listening: &d.listening,
 		drain: drain, slots: capacity, leases: leases, out: claims,
 	}
 	f.run(ctx)
@@ -235,6 +237,18 @@ func (d *Dispatcher) relay(ctx context.Context, drain bool, mode lease.Mode, lea
 	workers.Wait()
 	close(verdicts)
 	<-completed
+}
+
+// engine is what every stage of a run reports to and reads the time from.
+type engine struct {
+	hook  Hook
+	stats *counters
+	log   *slog.Logger
+	clock lease.Clock
+}
+
+func (d *Dispatcher) engine() engine {
+	return engine{hook: d.hook, stats: &d.stats, log: d.log, clock: d.clock}
 }
 
 // leaseCallbacks maps what the lease modes report onto the dispatcher's
@@ -271,3 +285,28 @@ func (d *Dispatcher) buried(ctx context.Context, id, token int64) *Message {
 	}
 	return m
 }
+
+// publish calls the sink, turning a panic into an error.
+func (d *Dispatcher) publish(ctx context.Context, msg *Message) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			d.log.ErrorContext(ctx, "sink panicked; message goes dead",
+				slog.Int64("outbox_id", msg.ID), slog.Int64("lease_version", msg.FencingToken),
+				slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+			err = &panicError{value: p}
+		}
+	}()
+	// Test builds only: a sink that hangs ignoring its context, or fails
+	// with an error text of arbitrary bytes.
+	if err := failpoint.Error("publish-hang"); err != nil {
+		return err
+	}
+	if err := failpoint.Error("publish-error"); err != nil {
+		return err
+	}
+	return d.sink.Publish(ctx, msg)
+}
+
+type panicError struct{ value any }
+
+func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }

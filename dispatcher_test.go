@@ -94,13 +94,14 @@ func TestDispatcherHeldPublishIsNotClaimedTwice(t *testing.T) {
 	})
 	recB := newRecorder(nil)
 	dA := b.dispatcher(t, recA.Sink(), &outbox.Config{Owner: "A", Workers: 1, BatchSize: 10})
-	dB := b.dispatcher(t, recB.Sink(), &outbox.Config{Owner: "B", Workers: 1, BatchSize: 10})
+	sigB := newSignals()
+	dB := b.dispatcher(t, recB.Sink(), &outbox.Config{Owner: "B", Workers: 1, BatchSize: 10, Hook: sigB})
 
 	start(t, dA)
 	require.Equal(t, ids[0], g.next(t), "A holds its first message mid-publish")
 	start(t, dB)
 	// Two claims: B's first one, and the one after it that found nothing.
-	eventually(t, func() bool { return dB.Stats().Claims >= 2 })
+	sigB.waitClaims(t, 2, "B did not claim twice")
 	require.Zero(t, dB.Stats().Claimed, "B claimed rows A holds")
 
 	g.Open()
@@ -337,12 +338,14 @@ func TestWakeUp(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		rec := newRecorder(nil)
-		d := b.dispatcher(t, rec.Sink(), &outbox.Config{DisableNotify: true, PollInterval: 200 * time.Millisecond})
+		sig := newSignals()
+		d := b.dispatcher(t, rec.Sink(), &outbox.Config{DisableNotify: true, PollInterval: 200 * time.Millisecond, Hook: sig})
 		start(t, d)
-		eventually(t, func() bool { return d.Stats().Claims >= 1 })
+		sig.waitClaims(t, 1, "no claim ran")
 
 		ids := b.enqueueN(t, 1, "a")
-		eventually(t, func() bool { return rec.Len() == 1 })
+		rec.waitLen(t, 1, 10*time.Second)
+		require.Equal(t, 1, rec.Len())
 		require.Equal(t, ids, rec.IDs())
 		require.Zero(t, d.Stats().Wakeups)
 		require.Zero(t, b.waiters(t), "a dispatcher that does not listen registered as a waiter")
@@ -407,7 +410,8 @@ func TestLostLeaseIsReported(t *testing.T) {
 		g.wait(ctx, m.ID)
 		return nil
 	})
-	d := b.dispatcher(t, rec.Sink(), &outbox.Config{Workers: 1, BatchSize: 1})
+	sig := newSignals()
+	d := b.dispatcher(t, rec.Sink(), &outbox.Config{Workers: 1, BatchSize: 1, Hook: sig})
 	start(t, d)
 	id := g.next(t)
 
@@ -415,7 +419,8 @@ func TestLostLeaseIsReported(t *testing.T) {
 	b.exec(t, "UPDATE "+b.quoted+" SET lease_version = lease_version + 1 WHERE id = $1", id)
 	taken := b.row(t, id)
 	g.Open()
-	eventually(t, func() bool { return d.Stats().LeaseLost == 1 })
+	sig.waitSettled(t, outbox.OutcomeLeaseLost, "the finalize was not fenced off")
+	require.Equal(t, int64(1), d.Stats().LeaseLost)
 
 	require.Equal(t, taken, b.row(t, id), "the stale finalize wrote to the row")
 	require.Equal(t, "processing", taken.Status)
@@ -484,11 +489,12 @@ func TestStartStop(t *testing.T) {
 	d := b.dispatcher(t, rec.Sink(), nil)
 	require.NoError(t, d.Stop(), "Stop before Start")
 
-	for range 3 {
+	for i := range 3 {
 		require.NoError(t, d.Start(t.Context()))
 		require.Error(t, d.Start(t.Context()), "second Start while running")
 		ids := b.enqueueN(t, 1, "a")
-		eventually(t, func() bool { return publishCounts(rec)[ids[0]] == 1 })
+		rec.waitLen(t, i+1, 10*time.Second)
+		require.Equal(t, 1, publishCounts(rec)[ids[0]])
 		require.NoError(t, d.Stop())
 		require.NoError(t, d.Stop(), "second Stop")
 	}

@@ -37,16 +37,13 @@ func (c *claimed) dbTime() time.Time { return c.dbNow.Add(time.Since(c.claimedAt
 // registration, the ordered sweep's cursor, the cooldown and the error
 // backoff.
 type fetcher struct {
-	cfg     *Config
+	engine
+	cfg     fetchConfig
 	mode    lease.Mode
 	store   *store.Store
 	pool    *pgxpool.Pool
 	sizer   *claimSizer
 	breaker *breaker
-	stats   *counters
-	hook    Hook
-	log     *slog.Logger
-	clock   lease.Clock
 	// wake fires when a notification arrived; listening tells whether
 	// the listener is up, so that registering as a waiter is worth it.
 	wake      <-chan struct{}
@@ -66,10 +63,23 @@ type fetcher struct {
 	poll         *time.Timer
 }
 
+// fetchConfig is what the fetcher reads of the dispatcher's config.
+type fetchConfig struct {
+	batch       int
+	cooldown    time.Duration // FetchCooldown
+	poll        time.Duration // PollInterval
+	owner       string        // its waiter row's
+	idNamespace string        // stamped on each message
+}
+
+func (c *Config) fetchConfig() fetchConfig {
+	return fetchConfig{batch: c.BatchSize, cooldown: c.FetchCooldown, poll: c.PollInterval, owner: c.Owner, idNamespace: c.IDNamespace}
+}
+
 // run claims until ctx is done, or in drain mode until nothing is left.
 func (f *fetcher) run(ctx context.Context) {
-	f.cool = cooldown{max: f.cfg.FetchCooldown}
-	f.poll = time.NewTimer(f.cfg.PollInterval)
+	f.cool = cooldown{max: f.cfg.cooldown}
+	f.poll = time.NewTimer(f.cfg.poll)
 	defer f.poll.Stop()
 	for ctx.Err() == nil && f.step(ctx) {
 	}
@@ -78,7 +88,7 @@ func (f *fetcher) run(ctx context.Context) {
 // step is one turn of the loop: wait for room, claim, then hand the rows
 // over or go idle. It returns false when the fetcher is to stop.
 func (f *fetcher) step(ctx context.Context) bool {
-	room := f.slots.room(f.sizer, f.cfg.BatchSize)
+	room := f.slots.room(f.sizer, f.cfg.batch)
 	if room == 0 {
 		// The workers hold as many rows as they can start well inside
 		// the lease: wait for the completer.
@@ -150,7 +160,7 @@ func (f *fetcher) emit(rows []store.Row, start, dbNow time.Time) {
 		r := &rows[i]
 		claims[i] = claimed{
 			msg: Message{
-				ID: r.ID, IDNamespace: f.cfg.IDNamespace, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
+				ID: r.ID, IDNamespace: f.cfg.idNamespace, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
 				EventType: r.EventType, Payload: r.Payload, CreatedAt: r.CreatedAt,
 				Attempt: r.Attempts, FencingToken: r.LeaseVersion, Headers: f.headers(r),
 			},
@@ -171,7 +181,7 @@ func (f *fetcher) claimFailed(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return false
 	}
-	f.errBackoff = min(max(f.errBackoff*2, 50*time.Millisecond), f.cfg.PollInterval, 5*time.Second)
+	f.errBackoff = min(max(f.errBackoff*2, 50*time.Millisecond), f.cfg.poll, 5*time.Second)
 	f.logClaimError(ctx, err, f.errBackoff)
 	return f.sleep(ctx, nil, f.errBackoff)
 }
@@ -181,7 +191,7 @@ func (f *fetcher) claimFailed(ctx context.Context, err error) bool {
 func (f *fetcher) idle(ctx context.Context) bool {
 	if f.drain {
 		if f.slots.inUse() > 0 {
-			return f.sleep(ctx, f.slots.released(), f.cfg.PollInterval)
+			return f.sleep(ctx, f.slots.released(), f.cfg.poll)
 		}
 		more, err := f.mode.Undelivered(ctx)
 		if err == nil && !more {
@@ -199,7 +209,7 @@ func (f *fetcher) idle(ctx context.Context) bool {
 		// Register as idle, then look once more: a row committed before
 		// the registration was visible to producers would otherwise wait
 		// a whole poll interval.
-		if err := f.store.Wait(ctx, f.pool, f.cfg.Owner, 3*f.cfg.PollInterval); err == nil {
+		if err := f.store.Wait(ctx, f.pool, f.cfg.owner, 3*f.cfg.poll); err == nil {
 			f.waiting, f.registeredAt = true, f.clock.Now()
 			// The claim that follows sees every commit that notified so
 			// far: a wake-up already pending (the listener's start, say)
@@ -212,8 +222,8 @@ func (f *fetcher) idle(ctx context.Context) bool {
 			return true
 		}
 	}
-	f.hook.OnIdle(IdleEvent{Registered: f.waiting && f.listening.Load(), Wait: f.cfg.PollInterval})
-	if !f.sleep(ctx, f.headFreed(), f.cfg.PollInterval) {
+	f.hook.OnIdle(IdleEvent{Registered: f.waiting && f.listening.Load(), Wait: f.cfg.poll})
+	if !f.sleep(ctx, f.headFreed(), f.cfg.poll) {
 		return false
 	}
 	f.clearWait = f.waiting
@@ -242,11 +252,11 @@ func (f *fetcher) gate() (batch int, wait time.Duration, extra <-chan struct{}) 
 	case wait > 0:
 		return 0, wait, nil
 	case limit == 0:
-		return 0, f.cfg.PollInterval, f.slots.released()
+		return 0, f.cfg.poll, f.slots.released()
 	case limit > 0:
-		return min(limit, f.cfg.BatchSize), 0, nil
+		return min(limit, f.cfg.batch), 0, nil
 	}
-	return f.cfg.BatchSize, 0, nil
+	return f.cfg.batch, 0, nil
 }
 
 // headFreed is what, besides a notification, ends an idle wait: when each

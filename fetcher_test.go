@@ -17,8 +17,8 @@ func newTestFetcher(cfg *Config, mode lease.Mode, hook Hook, drain bool, out cha
 	capacity := newSlots(cfg.window())
 	leases := lease.NewRegistry(nil)
 	return &fetcher{
-		cfg: cfg, mode: mode, sizer: newClaimSizer(cfg), breaker: &breaker{}, stats: &counters{},
-		hook: hook, log: cfg.Logger, wake: make(chan struct{}), listening: &atomic.Bool{},
+		engine: engine{hook: hook, stats: &counters{}, log: cfg.Logger}, cfg: cfg.fetchConfig(),
+		mode: mode, sizer: newClaimSizer(cfg), breaker: &breaker{}, wake: make(chan struct{}), listening: &atomic.Bool{},
 		drain: drain, slots: capacity, leases: leases, out: out,
 	}, capacity, leases
 }

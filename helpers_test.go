@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -204,10 +205,13 @@ type recorder struct {
 	mu      sync.Mutex
 	msgs    []outbox.Message
 	handler func(ctx context.Context, m *outbox.Message) error
+	// arrived holds one token once a publish arrived since the last
+	// receive: a signal for waitLen, not a count.
+	arrived chan struct{}
 }
 
 func newRecorder(handler func(ctx context.Context, m *outbox.Message) error) *recorder {
-	return &recorder{handler: handler}
+	return &recorder{handler: handler, arrived: make(chan struct{}, 1)}
 }
 
 func (r *recorder) Sink() outbox.SinkFunc {
@@ -215,6 +219,10 @@ func (r *recorder) Sink() outbox.SinkFunc {
 		r.mu.Lock()
 		r.msgs = append(r.msgs, *m)
 		r.mu.Unlock()
+		select {
+		case r.arrived <- struct{}{}:
+		default:
+		}
 		if r.handler == nil {
 			return nil
 		}
@@ -241,6 +249,20 @@ func (r *recorder) Len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.msgs)
+}
+
+// waitLen waits until at least n publishes arrived, woken by each one
+// rather than polling, and fails the test after within.
+func (r *recorder) waitLen(t *testing.T, n int, within time.Duration, msgAndArgs ...any) {
+	t.Helper()
+	deadline := time.After(within)
+	for r.Len() < n {
+		select {
+		case <-r.arrived:
+		case <-deadline:
+			require.FailNow(t, fmt.Sprintf("%d of %d publishes arrived within %s", r.Len(), n, within), msgAndArgs...)
+		}
+	}
 }
 
 // publishCounts counts publishes per id over any number of recorders.
@@ -313,10 +335,41 @@ type signals struct {
 	outbox.BaseHook
 	idle      chan outbox.IdleEvent
 	finalizes chan outbox.FinalizeEvent
+	settles   chan outbox.SettleEvent
+	claims    chan outbox.ClaimEvent
 }
 
 func newSignals() *signals {
-	return &signals{idle: make(chan outbox.IdleEvent, 256), finalizes: make(chan outbox.FinalizeEvent, 256)}
+	return &signals{idle: make(chan outbox.IdleEvent, 256), finalizes: make(chan outbox.FinalizeEvent, 256),
+		settles: make(chan outbox.SettleEvent, 256), claims: make(chan outbox.ClaimEvent, 256)}
+}
+
+func (s *signals) OnClaim(ev outbox.ClaimEvent) {
+	select {
+	case s.claims <- ev:
+	default:
+	}
+}
+
+// waitClaims waits for n claim statements to have run.
+func (s *signals) waitClaims(t *testing.T, n int, msg string) {
+	t.Helper()
+	for range n {
+		waitFor(t, s.claims, func(outbox.ClaimEvent) bool { return true }, msg)
+	}
+}
+
+func (s *signals) OnSettle(ev outbox.SettleEvent) {
+	select {
+	case s.settles <- ev:
+	default:
+	}
+}
+
+// waitSettled waits for a message settled with outcome.
+func (s *signals) waitSettled(t *testing.T, outcome outbox.Outcome, msg string) {
+	t.Helper()
+	waitFor(t, s.settles, func(ev outbox.SettleEvent) bool { return ev.Outcome == outcome }, msg)
 }
 
 func (s *signals) OnIdle(ev outbox.IdleEvent) {

@@ -205,7 +205,8 @@ func TestModesFencingAfterTakeover(t *testing.T) {
 		require.Equal(t, "done", done.Status)
 
 		g.Open()
-		eventually(t, func() bool { return stalled.Stats().LeaseLost == 1 }, "the stalled finalize was fenced off")
+		sig.waitSettled(t, outbox.OutcomeLeaseLost, "the stalled finalize was not fenced off")
+		require.Equal(t, int64(1), stalled.Stats().LeaseLost)
 		require.Zero(t, stalled.Stats().Done)
 		require.Equal(t, done.LeaseVersion, b.row(t, ids[0]).LeaseVersion, "the row still reads as the next owner wrote it")
 	})

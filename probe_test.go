@@ -67,7 +67,8 @@ func TestListenerProbe(t *testing.T) {
 			start(t, d)
 			eventually(t, func() bool { return strings.Contains(logs.String(), tt.message) }, tt.message)
 			ids := b.enqueueN(t, 2, "a")
-			eventually(t, func() bool { return rec.Len() == 2 })
+			rec.waitLen(t, 2, 10*time.Second)
+			require.Equal(t, 2, rec.Len())
 			require.ElementsMatch(t, ids, rec.IDs())
 			require.Equal(t, map[bool]int{false: 0, true: 1}[tt.lost], strings.Count(logs.String(), probeWarning), "%s", logs.String())
 			if tt.lost {

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -41,6 +42,7 @@ func TestDispatcherStatementsIgnoreSearchPath(t *testing.T) {
 	require.False(t, b.tryQuery(`SELECT EXISTS (SELECT 1 FROM `+pgx.Identifier{stray, "outbox_waiters"}.Sanitize()+`)`),
 		"the stray table earlier on the path is never written")
 	ids := b.enqueueN(t, 3, "a")
-	eventually(t, func() bool { return rec.Len() == 3 })
+	rec.waitLen(t, 3, 10*time.Second)
+	require.Equal(t, 3, rec.Len())
 	require.ElementsMatch(t, ids, rec.IDs())
 }

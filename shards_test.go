@@ -130,7 +130,8 @@ func TestShardLeasesTakeoverFencesTheStalledDispatcher(t *testing.T) {
 		g.wait(ctx, m.ID)
 		return nil
 	})
-	stalled := b.dispatcher(t, stalledSink, shardConfig(outbox.Config{Lease: 30 * time.Second}))
+	sig := newSignals()
+	stalled := b.dispatcher(t, stalledSink, shardConfig(outbox.Config{Lease: 30 * time.Second, Hook: sig}))
 	start(t, stalled)
 	require.Equal(t, ids[0], g.next(t))
 
@@ -141,7 +142,8 @@ func TestShardLeasesTakeoverFencesTheStalledDispatcher(t *testing.T) {
 	require.Equal(t, "done", b.row(t, ids[0]).Status)
 
 	g.Open()
-	eventually(t, func() bool { return stalled.Stats().LeaseLost == 1 }, "the stalled finalize was fenced off")
+	sig.waitSettled(t, outbox.OutcomeLeaseLost, "the stalled finalize was not fenced off")
+	require.Equal(t, int64(1), stalled.Stats().LeaseLost)
 	require.Zero(t, stalled.Stats().Done)
 }
 
@@ -347,8 +349,7 @@ func TestShardLeasesBacklogFollowsFinalize(t *testing.T) {
 	start(t, d)
 	waitIdle(t, sig)
 	b.enqueueN(t, 5, "a") // one commit, one wake-up: the rest follow finalizes
-	require.Eventually(t, func() bool { return len(rec.Messages()) == 5 }, 5*time.Second, 10*time.Millisecond,
-		"the backlog waited for polls")
+	rec.waitLen(t, 5, 5*time.Second, "the backlog waited for polls")
 }
 
 // A dispatcher that stops gracefully hands its shards over at once: one
@@ -366,7 +367,7 @@ func TestShardLeasesStopHandsOver(t *testing.T) {
 	first.Owner = "first"
 	d1 := b.dispatcher(t, slow.Sink(), &first)
 	require.NoError(t, d1.Start(context.Background()))
-	eventually(t, func() bool { return len(slow.Messages()) >= 40 })
+	slow.waitLen(t, 40, 10*time.Second)
 	require.NoError(t, d1.Stop())
 
 	second := *cfg
@@ -483,7 +484,7 @@ func TestShardLeasesSlowSinkKeepsItsShards(t *testing.T) {
 	})
 	cfg := outbox.Config{Lease: lease, PublishTimeout: 10 * lease, Workers: 1, BatchSize: 1}
 	start(t, b.dispatcher(t, slow.Sink(), shardConfig(cfg)))
-	eventually(t, func() bool { return slow.Len() == 1 }, "the slow dispatcher started publishing")
+	slow.waitLen(t, 1, 10*time.Second, "the slow dispatcher started publishing")
 	idle := newRecorder(nil)
 	start(t, b.dispatcher(t, idle.Sink(), shardConfig(cfg)))
 

@@ -3,9 +3,6 @@ package outbox
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
-	"runtime/debug"
 	"time"
 
 	"github.com/outboxd/outbox/internal/failpoint"
@@ -26,13 +23,10 @@ type verdict struct {
 
 // worker publishes claimed rows and returns one verdict for each.
 type worker struct {
-	cfg     *Config
+	cfg     publishConfig
 	breaker *breaker
 	sizer   *claimSizer
 	leases  *lease.Registry
-	// renewEvery is how often the lease mode extends the leases of rows
-	// in flight (zero: never).
-	renewEvery time.Duration
 	// publish calls the sink; observe tells the breaker what it
 	// answered; classify turns the answer into a verdict.
 	publish  func(context.Context, *Message) error
@@ -58,14 +52,14 @@ func (w *worker) process(ctx context.Context, c *claimed) verdict {
 		return release(c, "released unpublished: sink unavailable")
 	}
 	remaining := w.leases.UntilDeadline(c.lease())
-	if remaining < startWindow(w.cfg, w.renewEvery) {
+	if remaining < w.cfg.startWindow {
 		// Waited in its batch until too little of its lease is left for a
 		// useful publish: the lease cap is not the message's fault, so
 		// the attempt is refunded rather than spent on a cut-short try.
 		return release(c, "released unpublished: lease too close to expiry")
 	}
-	timeout, capped := w.cfg.PublishTimeout, false
-	if w.renewEvery == 0 && remaining < timeout {
+	timeout, capped := w.cfg.timeout, false
+	if w.cfg.renewEvery == 0 && remaining < timeout {
 		// Without heartbeats the lease cannot grow: the publish must end
 		// inside it.
 		timeout, capped = remaining, true
@@ -104,6 +98,20 @@ func (w *worker) publishTimed(ctx context.Context, c *claimed, timeout time.Dura
 	return pctx, took, err
 }
 
+// publishConfig is what a worker reads of the dispatcher's config and its
+// lease mode.
+type publishConfig struct {
+	timeout     time.Duration // PublishTimeout
+	startWindow time.Duration // see startWindow
+	// renewEvery is how often the lease mode extends the leases of rows
+	// in flight (zero: never, so a publish must end inside its lease).
+	renewEvery time.Duration
+}
+
+func (c *Config) publishConfig(renewEvery time.Duration) publishConfig {
+	return publishConfig{timeout: c.PublishTimeout, startWindow: startWindow(c, renewEvery), renewEvery: renewEvery}
+}
+
 // startWindow is the least lease a row must have left for its publish to
 // start. Without heartbeats the publish must end inside the lease: a
 // quarter of the lease, or PublishTimeout if shorter, gives a healthy sink
@@ -130,28 +138,3 @@ func release(c *claimed, reason string) verdict {
 		ID: c.msg.ID, LeaseVersion: c.msg.FencingToken, Status: store.StatusPending, Refund: true,
 	}, err: errors.New(reason)}
 }
-
-// publish calls the sink, turning a panic into an error.
-func (d *Dispatcher) publish(ctx context.Context, msg *Message) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			d.log.ErrorContext(ctx, "sink panicked; message goes dead",
-				slog.Int64("outbox_id", msg.ID), slog.Int64("lease_version", msg.FencingToken),
-				slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
-			err = &panicError{value: p}
-		}
-	}()
-	// Test builds only: a sink that hangs ignoring its context, or fails
-	// with an error text of arbitrary bytes.
-	if err := failpoint.Error("publish-hang"); err != nil {
-		return err
-	}
-	if err := failpoint.Error("publish-error"); err != nil {
-		return err
-	}
-	return d.sink.Publish(ctx, msg)
-}
-
-type panicError struct{ value any }
-
-func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }

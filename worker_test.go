@@ -18,7 +18,7 @@ import (
 func newTestWorker(cfg *Config, renewEvery time.Duration, publish func(context.Context, *Message) error) (*worker, *lease.Registry) {
 	leases := lease.NewRegistry(nil)
 	return &worker{
-		cfg: cfg, breaker: &breaker{}, sizer: newClaimSizer(cfg), leases: leases, renewEvery: renewEvery,
+		cfg: cfg.publishConfig(renewEvery), breaker: &breaker{}, sizer: newClaimSizer(cfg), leases: leases,
 		publish: publish, observe: func(error) {},
 		classify: func(c *claimed, err error) verdict {
 			if err != nil {

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -24,12 +23,24 @@ import (
 type webhookServer struct {
 	srv  *httptest.Server
 	mu   sync.Mutex
-	got  map[string][]sinktest.Received
+	got  map[string]*sinktest.Collector
 	next atomic.Int64
 }
 
+// at is the collector of path's deliveries.
+func (w *webhookServer) at(path string) *sinktest.Collector {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	c, ok := w.got[path]
+	if !ok {
+		c = sinktest.NewCollector()
+		w.got[path] = c
+	}
+	return c
+}
+
 func newWebhookServer(t *testing.T) *webhookServer {
-	w := &webhookServer{got: map[string][]sinktest.Received{}}
+	w := &webhookServer{got: map[string]*sinktest.Collector{}}
 	w.srv = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
 		if strings.HasPrefix(req.URL.Path, "/reject/") {
@@ -37,8 +48,7 @@ func newWebhookServer(t *testing.T) *webhookServer {
 			return
 		}
 		subject, _ := url.PathUnescape(req.Header.Get("ce-subject"))
-		w.mu.Lock()
-		w.got[req.URL.Path] = append(w.got[req.URL.Path], sinktest.Received{
+		w.at(req.URL.Path).Add(sinktest.Received{
 			ID:      req.Header.Get("Idempotency-Key"),
 			Payload: body,
 			Meta: map[string]string{
@@ -49,29 +59,10 @@ func newWebhookServer(t *testing.T) *webhookServer {
 				"attempt":        req.Header.Get("Outbox-Attempt"),
 			},
 		})
-		w.mu.Unlock()
 		rw.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(w.srv.Close)
 	return w
-}
-
-type pathReceiver struct {
-	w    *webhookServer
-	path string
-}
-
-func (r pathReceiver) Receive(t *testing.T, n int, timeout time.Duration) []sinktest.Received {
-	deadline := time.Now().Add(timeout)
-	for {
-		r.w.mu.Lock()
-		got := append([]sinktest.Received(nil), r.w.got[r.path]...)
-		r.w.mu.Unlock()
-		if len(got) >= n || time.Now().After(deadline) {
-			return got
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func TestConformance(t *testing.T) {
@@ -83,7 +74,7 @@ func TestConformance(t *testing.T) {
 			path := fmt.Sprintf("/hook/%d", w.next.Add(1))
 			s, err := httpsink.New("http://"+addr+path, nil)
 			require.NoError(t, err)
-			return s, pathReceiver{w: w, path: path}
+			return s, w.at(path)
 		},
 		Permanent: func(t *testing.T, addr string) (outbox.Sink, *outbox.Message) {
 			s, err := httpsink.New("http://"+addr+"/reject/x", nil)
@@ -112,7 +103,7 @@ func TestCredentialHeals(t *testing.T) {
 			u := strings.Replace(gate.URL, "http://", "http://relay:s3cret@", 1) + "/heals"
 			s, err := httpsink.New(u, nil)
 			require.NoError(t, err)
-			return s, pathReceiver{w: w, path: "/heals"}
+			return s, w.at("/heals")
 		},
 		Break: func(*testing.T) { refusing.Store(true) },
 		Heal:  func(*testing.T) { refusing.Store(false) },

@@ -50,6 +50,9 @@ type received struct {
 type subscriber struct {
 	mu  sync.Mutex
 	got []received
+	// arrived holds one token once a message arrived since the last
+	// wait looked: a signal, not a count.
+	arrived chan struct{}
 }
 
 func subscribe(t testing.TB, filter string) *subscriber {
@@ -64,7 +67,7 @@ func subscribeAt(t testing.TB, addr, user, password, filter string) *subscriber 
 	defer cancel()
 	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 	require.NoError(t, err, "MQTT broker at %s is required for these tests", addr)
-	sub := &subscriber{}
+	sub := &subscriber{arrived: make(chan struct{}, 1)}
 	c := paho.NewClient(paho.ClientConfig{
 		Conn:     conn,
 		ClientID: fmt.Sprintf("mqttsink-test-sub-%d-%d", os.Getpid(), seq.Add(1)),
@@ -78,6 +81,10 @@ func subscribeAt(t testing.TB, addr, user, password, filter string) *subscriber 
 					Props:   pr.Packet.Properties,
 				})
 				sub.mu.Unlock()
+				select {
+				case sub.arrived <- struct{}{}:
+				default:
+				}
 				return true, nil
 			},
 		},
@@ -98,15 +105,22 @@ func subscribeAt(t testing.TB, addr, user, password, filter string) *subscriber 
 
 // wait returns what arrived once there are n messages or timeout passes.
 func (s *subscriber) wait(n int, timeout time.Duration) []received {
-	deadline := time.Now().Add(timeout)
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
 	for {
 		s.mu.Lock()
 		got := append([]received(nil), s.got...)
 		s.mu.Unlock()
-		if len(got) >= n || time.Now().After(deadline) {
+		if len(got) >= n {
 			return got
 		}
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-s.arrived:
+		case <-deadline.C:
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return append([]received(nil), s.got...)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package redissink_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -66,18 +67,39 @@ func (r streamReceiver) Receive(t *testing.T, n int, timeout time.Duration) []si
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		got := readStream(t, r.c, r.key)
-		if len(got) >= n || time.Now().After(deadline) {
+		got, last := readStreamFrom(t, r.c, r.key)
+		left := time.Until(deadline)
+		if len(got) >= n || left <= 0 {
 			return got
 		}
-		time.Sleep(10 * time.Millisecond)
+		// Block until an entry after the last one read arrives, or the
+		// time is up: woken by the arrival, not by a timer. (A zero block
+		// would wait forever.)
+		err := r.c.XRead(context.Background(), &redis.XReadArgs{
+			Streams: []string{r.key, last}, Count: 1, Block: max(left, time.Millisecond),
+		}).Err()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			require.NoError(t, err)
+		}
 	}
 }
 
 func readStream(t testing.TB, c *redis.Client, key string) []sinktest.Received {
 	t.Helper()
+	got, _ := readStreamFrom(t, c, key)
+	return got
+}
+
+// readStreamFrom is readStream, with the id of the last entry read ("0-0"
+// for none).
+func readStreamFrom(t testing.TB, c *redis.Client, key string) ([]sinktest.Received, string) {
+	t.Helper()
 	entries, err := c.XRange(context.Background(), key, "-", "+").Result()
 	require.NoError(t, err)
+	last := "0-0"
+	if len(entries) > 0 {
+		last = entries[len(entries)-1].ID
+	}
 	got := make([]sinktest.Received, 0, len(entries))
 	for _, e := range entries {
 		meta := map[string]string{}
@@ -92,7 +114,7 @@ func readStream(t testing.TB, c *redis.Client, key string) []sinktest.Received {
 			Meta:    meta,
 		})
 	}
-	return got
+	return got, last
 }
 
 func sinkURL(addr, stream string, extra string) string {
