@@ -263,8 +263,8 @@ func (d *Dispatcher) leaseCallbacks() lease.Callbacks {
 		},
 		Hung: func(store.Lease) { d.stats.hung.Add(1) },
 		Buried: func(ctx context.Context, id, token int64, cause error) {
-			d.hook.OnSettle(SettleEvent{Message: d.buried(ctx, id, token), Outcome: OutcomeDead, Err: cause})
 			d.stats.count(OutcomeDead)
+			d.hook.OnSettle(SettleEvent{Message: d.buried(ctx, id, token), Outcome: OutcomeDead, Err: cause})
 		},
 		Taken: func() {
 			select {

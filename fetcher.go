@@ -61,6 +61,9 @@ type fetcher struct {
 	registeredAt time.Time
 	cool         cooldown
 	poll         *time.Timer
+	// down follows a run of failed claims, so an outage is logged as it
+	// begins, once a minute while it lasts, and as it ends.
+	down service.Outage
 }
 
 // fetchConfig is what the fetcher reads of the dispatcher's config.
@@ -110,6 +113,9 @@ func (f *fetcher) step(ctx context.Context) bool {
 		return f.claimFailed(ctx, err)
 	}
 	f.errBackoff = 0
+	if took, tries, ended := f.down.Recovered(f.clock.Now()); ended {
+		f.log.InfoContext(ctx, "claims succeed again", slog.Duration("failing_for", took), slog.Int("failed_claims", tries))
+	}
 	if f.clearWait {
 		f.clearWait, f.waiting = false, false
 	}
@@ -282,10 +288,19 @@ func (f *fetcher) headers(r *store.Row) map[string]string {
 
 // logClaimError logs a failed claim, with the fix when a transaction
 // pooler caused it (the start-up statements may have met a clean session).
+// A failure that repeats (the database is down) is logged once, then once
+// a minute, then at debug level; the first claim that succeeds says how
+// long claims failed.
 func (f *fetcher) logClaimError(ctx context.Context, err error, retryIn time.Duration) {
+	level := f.down.Failed(f.clock.Now(), err)
 	attrs := []any{slog.Any("error", err), slog.Duration("retry_in", retryIn)}
 	if IsPoolerError(err) {
 		attrs = append(attrs, slog.String("fix", PoolerFix))
 	}
-	f.log.ErrorContext(ctx, "claim failed; retrying", attrs...)
+	msg := "claim failed; retrying"
+	if since, tries, _ := f.down.Down(); tries > 1 {
+		msg = "claims still failing; retrying"
+		attrs = append(attrs, slog.Duration("failing_for", f.clock.Since(since)), slog.Int("failed_claims", tries))
+	}
+	f.log.Log(ctx, level, msg, attrs...)
 }

@@ -2,6 +2,9 @@ package outbox
 
 import (
 	"context"
+	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -122,4 +125,63 @@ func TestFetcherWaitsForRoom(t *testing.T) {
 	}
 	cancel()
 	within(t, done, "the fetcher's return on stop")
+}
+
+// logLines is a slog handler that keeps each record's level and message.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logLines) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logLines) WithGroup(string) slog.Handler            { return l }
+func (l *logLines) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, r.Level.String()+" "+r.Message)
+	return nil
+}
+
+func (l *logLines) atLeast(level slog.Level) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, s := range l.lines {
+		var lv slog.Level
+		if err := lv.UnmarshalText([]byte(strings.Fields(s)[0])); err == nil && lv >= level {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// An outage is one line as it begins and one as it ends, not a line per
+// retry: claims failing over and over with the same error are logged once
+// at error level, and the first claim that succeeds says so.
+func TestFetcherOutageIsQuiet(t *testing.T) {
+	t.Parallel()
+	cfg := stageConfig(5, 1)
+	logs := &logLines{}
+	cfg.Logger = slog.New(logs)
+	errs := make([]error, 12)
+	for i := range errs {
+		errs[i] = errFake
+	}
+	mode := &fakeMode{queue: rowsOf(1, 1), claimErrs: errs, trusted: time.Minute}
+	out := make(chan *claimed, cfg.window())
+	f, capacity, _ := newTestFetcher(cfg, mode, newStageHook(), true, out)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.run(context.Background())
+	}()
+	select {
+	case <-out:
+		capacity.give(1)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the row was not handed over after the outage")
+	}
+	within(t, done, "the drain's return")
+	require.Equal(t, []string{"ERROR claim failed; retrying", "INFO claims succeed again"}, logs.atLeast(slog.LevelInfo))
 }

@@ -11,11 +11,12 @@ func (d *Dispatcher) settle(v *verdict, held bool) {
 	if !held {
 		outcome = OutcomeLeaseLost
 	}
+	// Counted first: a hook that reads Stats sees its own event counted.
+	d.stats.count(outcome)
 	d.hook.OnSettle(SettleEvent{
 		Message: m, Outcome: outcome, PublishDuration: v.publishDur, Err: v.err,
 		Lag: v.claim.dbTime().Sub(m.CreatedAt),
 	})
-	d.stats.count(outcome)
 	switch outcome {
 	case OutcomeLeaseLost:
 		d.log.Warn("lost lease: finalize fenced off",

@@ -37,6 +37,8 @@ var contract = map[string]metricSpec{
 	"outbox_claim_batch_size":             {histogram, []string{"table"}},
 	"outbox_claim_duration_seconds":       {histogram, []string{"table"}},
 	"outbox_claim_errors_total":           {counter, []string{"table"}},
+	"outbox_claims_failing":               {gauge, []string{"table"}},
+	"outbox_claim_outages_total":          {counter, []string{"table"}},
 	"outbox_finalize_duration_seconds":    {histogram, []string{"table"}},
 	"outbox_finalize_errors_total":        {counter, []string{"table"}},
 	"outbox_fenced_finalizes_total":       {counter, []string{"table"}},

@@ -42,6 +42,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -128,6 +129,9 @@ type Metrics struct {
 	lastSuccess time.Time
 	lastErr     error
 	pausedBy    error // the sink's error while it is paused
+
+	// failing is whether the last claim failed.
+	failing atomic.Bool
 }
 
 // tableCollectors are the gauges the database refresh sets.
@@ -148,6 +152,8 @@ type dispatcherCollectors struct {
 	claimBatch       prometheus.Histogram
 	claimDuration    prometheus.Histogram
 	claimErrors      prometheus.Counter
+	claimsFailing    prometheus.Gauge
+	claimOutages     prometheus.Counter
 	finalizeDuration prometheus.Histogram
 	finalizeErrors   prometheus.Counter
 	fencedFinalizes  prometheus.Counter
@@ -180,7 +186,7 @@ func New(opts *Options) *Metrics {
 	o.Registerer.MustRegister(
 		m.messages, m.oldestAge, m.expiredLeases, m.refreshErrors, m.refreshTimestamp,
 		m.publishes, m.publishDuration, m.deliveryLag,
-		m.claimBatch, m.claimDuration, m.claimErrors,
+		m.claimBatch, m.claimDuration, m.claimErrors, m.claimsFailing, m.claimOutages,
 		m.finalizeDuration, m.finalizeErrors, m.fencedFinalizes,
 		m.heartbeats, m.heartbeatLost, m.hungPublishes, m.sinkPaused, m.sinkPauses, m.up,
 	)
@@ -281,6 +287,10 @@ func newDispatcherCollectors(table, sink prometheus.Labels, gauge gaugeFunc, cou
 			"Time one claim statement took, failed ones included.", table, statementBuckets),
 		claimErrors: counter("outbox_claim_errors_total",
 			"Claim statements that failed."),
+		claimsFailing: gauge("outbox_claims_failing",
+			"1 while the last claim failed (the database unreachable, a failover, a privilege revoked): the dispatcher retries with backoff and delivers nothing meanwhile."),
+		claimOutages: counter("outbox_claim_outages_total",
+			"Runs of failed claims: each counts once, however many retries it took."),
 		finalizeDuration: histogram("outbox_finalize_duration_seconds",
 			"Time one batch finalize took, its retries included.", table, statementBuckets),
 		finalizeErrors: counter("outbox_finalize_errors_total",
@@ -312,7 +322,14 @@ func (h hook) OnClaim(ev outbox.ClaimEvent) {
 	h.m.claimDuration.Observe(ev.Duration.Seconds())
 	if ev.Err != nil {
 		h.m.claimErrors.Inc()
+		if !h.m.failing.Swap(true) {
+			h.m.claimOutages.Inc()
+		}
+		h.m.claimsFailing.Set(1)
 		return
+	}
+	if h.m.failing.Swap(false) {
+		h.m.claimsFailing.Set(0)
 	}
 	h.m.claimBatch.Observe(float64(ev.Rows))
 }

@@ -38,6 +38,8 @@ var contract = map[string]struct {
 	"outbox_claim_batch_size":             {dto.MetricType_HISTOGRAM, []string{"table"}},
 	"outbox_claim_duration_seconds":       {dto.MetricType_HISTOGRAM, []string{"table"}},
 	"outbox_claim_errors_total":           {dto.MetricType_COUNTER, []string{"table"}},
+	"outbox_claims_failing":               {dto.MetricType_GAUGE, []string{"table"}},
+	"outbox_claim_outages_total":          {dto.MetricType_COUNTER, []string{"table"}},
 	"outbox_finalize_duration_seconds":    {dto.MetricType_HISTOGRAM, []string{"table"}},
 	"outbox_finalize_errors_total":        {dto.MetricType_COUNTER, []string{"table"}},
 	"outbox_fenced_finalizes_total":       {dto.MetricType_COUNTER, []string{"table"}},
@@ -228,6 +230,8 @@ func TestHookEvents(t *testing.T) {
 		`outbox_claim_duration_seconds_bucket{le="0.005"}`:          2,
 		`outbox_claim_duration_seconds_bucket{le="2.5"}`:            3,
 		`outbox_claim_errors_total`:                                 1,
+		`outbox_claims_failing`:                                     1, // the last claim failed
+		`outbox_claim_outages_total`:                                1,
 		`outbox_claim_batch_size_count`:                             2, // a failed claim has no batch
 		`outbox_claim_batch_size_sum`:                               7,
 		`outbox_claim_batch_size_bucket{le="0"}`:                    1,
@@ -330,6 +334,8 @@ func TestDispatcher(t *testing.T) {
 		`outbox_delivery_lag_seconds_bucket{le="120",sink="test"}`:      4,
 		`outbox_claim_batch_size_sum`:                                   8, // rows leased
 		`outbox_claim_errors_total`:                                     0,
+		`outbox_claims_failing`:                                         0,
+		`outbox_claim_outages_total`:                                    0,
 		`outbox_finalize_errors_total`:                                  0,
 		`outbox_fenced_finalizes_total`:                                 1,
 		`outbox_heartbeats_total`:                                       0, // heartbeats are off
@@ -574,4 +580,24 @@ func TestSinkPauseIsAReadinessReason(t *testing.T) {
 	h.OnSinkPause(outbox.SinkPauseEvent{Paused: false})
 	_, reason = m.Ready()
 	require.NotContains(t, reason, "sink paused")
+}
+
+// A run of failed claims is one outage, however many retries it takes;
+// the gauge says whether claims fail now.
+func TestClaimOutages(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := metrics.New(&metrics.Options{Registerer: reg, Table: "outbox", Sink: "nats"})
+	h := m.Hook()
+	down := errors.New("connection refused")
+	for range 5 {
+		h.OnClaim(outbox.ClaimEvent{Err: down})
+	}
+	got := flatten(t, gather(t, reg), "outbox")
+	requireSeries(t, got, map[string]float64{`outbox_claims_failing`: 1, `outbox_claim_outages_total`: 1, `outbox_claim_errors_total`: 5})
+	h.OnClaim(outbox.ClaimEvent{Rows: 3})
+	h.OnClaim(outbox.ClaimEvent{Err: down})
+	h.OnClaim(outbox.ClaimEvent{Rows: 0})
+	got = flatten(t, gather(t, reg), "outbox")
+	requireSeries(t, got, map[string]float64{`outbox_claims_failing`: 0, `outbox_claim_outages_total`: 2, `outbox_claim_errors_total`: 6})
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxd/outbox/internal/service"
 	"github.com/outboxd/outbox/internal/store"
 )
 
@@ -22,6 +23,9 @@ type heartbeat struct {
 	cb     Callbacks
 	log    *slog.Logger
 	leases *Registry
+	// down follows a run of failed heartbeats, so an outage is logged as
+	// it begins, once a minute, and as it ends.
+	down service.Outage
 }
 
 // run beats until ctx is done.
@@ -68,7 +72,13 @@ func (h *heartbeat) beat(ctx context.Context) {
 		}
 	}
 	if err != nil {
-		h.log.Warn("heartbeat failed; publishes past their lease will be cancelled", slog.Any("error", err))
+		level := h.down.Failed(h.cfg.Clock.Now(), err)
+		if level == slog.LevelError {
+			level = slog.LevelWarn // a claim failing for the same cause says it louder
+		}
+		h.log.Log(ctx, level, "heartbeat failed; publishes past their lease will be cancelled", slog.Any("error", err))
+	} else if took, tries, ended := h.down.Recovered(h.cfg.Clock.Now()); ended {
+		h.log.InfoContext(ctx, "heartbeats succeed again", slog.Duration("failing_for", took), slog.Int("failed_heartbeats", tries))
 	}
 	h.cb.beat(Beat{Rows: len(held), LeaseLost: lost, Hung: hung, Duration: h.cfg.Clock.Since(start), Err: err})
 }

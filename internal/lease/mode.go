@@ -213,7 +213,7 @@ func New(ctx context.Context, st *store.Store, pool *pgxpool.Pool, cfg Config, c
 		log.WarnContext(ctx, "the table has shards but this dispatcher uses row leases: with shard-lease dispatchers on the same table, messages are delivered twice",
 			slog.Int("shards", n))
 	}
-	rows := &rowLeases{store: st, pool: pool, cfg: cfg, cb: cb, log: log}
+	rows := newRowLeases(st, pool, cfg, cb, log)
 	if cfg.Ordered {
 		return &orderedRowLeases{rowLeases: rows}, nil
 	}

@@ -3,6 +3,8 @@ package lease
 import (
 	"context"
 	"log/slog"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -17,11 +19,28 @@ import (
 type rowLeases struct {
 	store *store.Store
 	pool  *pgxpool.Pool
-	cfg   Config
-	cb    Callbacks
-	log   *slog.Logger
+	// db runs the claims and what follows a failed one: the pool, or in
+	// tests a connection that loses replies.
+	db  store.DB
+	cfg Config
+	cb  Callbacks
+	log *slog.Logger
 
 	buf []store.Row // the claim's rows, reused: the fetcher hands them on before it claims again
+
+	// mu guards tracked: the ids claimed and not yet settled. Claim adds
+	// to it and Settled (the completer) takes away.
+	mu      sync.Mutex
+	tracked map[int64]struct{}
+	// unsure is set when a claim failed: it may have committed with its
+	// reply lost, its rows processing under this owner without the
+	// dispatcher knowing. They are given back before the next claim.
+	// Only the fetcher's goroutine (Claim, then Close) touches it.
+	unsure bool
+}
+
+func newRowLeases(st *store.Store, pool *pgxpool.Pool, cfg Config, cb Callbacks, log *slog.Logger) *rowLeases {
+	return &rowLeases{store: st, pool: pool, db: pool, cfg: cfg, cb: cb, log: log, tracked: map[int64]struct{}{}}
 }
 
 func (m *rowLeases) params(batch int, clearWait bool) store.ClaimParams {
@@ -31,9 +50,54 @@ func (m *rowLeases) params(batch int, clearWait bool) store.ClaimParams {
 }
 
 func (m *rowLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]store.Row, time.Time, error) {
-	rows, now, err := m.store.Claim(ctx, m.pool, m.params(batch, clearWait), m.buf)
+	if err := m.giveBackLost(ctx); err != nil {
+		return nil, time.Time{}, err
+	}
+	rows, now, err := m.store.Claim(ctx, m.db, m.params(batch, clearWait), m.buf)
+	m.claimed(rows, err)
 	m.buf = rows[:0]
 	return rows, now, err
+}
+
+// claimed tracks the rows of a claim, or after a failed one notes that it
+// may have committed all the same.
+func (m *rowLeases) claimed(rows []store.Row, err error) {
+	if err != nil {
+		m.unsure = true
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range rows {
+		m.tracked[r.ID] = struct{}{}
+	}
+}
+
+// giveBackLost gives back, after a failed claim, the rows that claim took
+// if it committed with its reply lost: every row processing under this
+// owner that the dispatcher does not track. A claim the reply of which
+// was lost would otherwise hold its rows, and in ordered mode their
+// aggregates, for a whole lease.
+func (m *rowLeases) giveBackLost(ctx context.Context) error {
+	if !m.unsure {
+		return nil
+	}
+	m.mu.Lock()
+	ids := make([]int64, 0, len(m.tracked))
+	for id := range m.tracked {
+		ids = append(ids, id)
+	}
+	m.mu.Unlock()
+	released, err := m.store.ReleaseUntracked(ctx, m.db, m.cfg.Owner, ids)
+	if err != nil {
+		return err
+	}
+	m.unsure = false
+	if len(released) > 0 {
+		m.log.WarnContext(ctx, "gave back the rows of a claim whose reply was lost: pending again, attempt refunded",
+			slog.Int("rows", len(released)), slog.Int64("first_id", slices.Min(released)))
+	}
+	return nil
 }
 
 func (m *rowLeases) Deadline(start time.Time) time.Time { return start.Add(m.cfg.trusted()) }
@@ -58,7 +122,15 @@ func (m *rowLeases) Finalize(ctx context.Context, writes []store.RowWrite) ([]bo
 	return held, tx.Commit(ctx)
 }
 
-func (m *rowLeases) Settled([]store.RowWrite) {}
+// Settled stops tracking the rows of a batch whose outcome was written
+// or given up on.
+func (m *rowLeases) Settled(writes []store.RowWrite) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, w := range writes {
+		delete(m.tracked, w.ID)
+	}
+}
 
 func (m *rowLeases) Keeper(_ context.Context, leases *Registry) func(context.Context) {
 	if m.cfg.HeartbeatInterval <= 0 {
@@ -76,7 +148,9 @@ func (m *rowLeases) Undelivered(ctx context.Context) (bool, error) {
 	return m.store.Undelivered(ctx, m.pool, m.Ordered())
 }
 
-func (m *rowLeases) Close(context.Context) error { return nil }
+// Close gives back the rows of a last claim whose reply may have been
+// lost, once every verdict is written.
+func (m *rowLeases) Close(ctx context.Context) error { return m.giveBackLost(ctx) }
 
 // orderedRowLeases are row leases that claim only the head of each
 // aggregate, sweeping over the aggregates from where the last claim
@@ -88,12 +162,16 @@ type orderedRowLeases struct {
 }
 
 func (m *orderedRowLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]store.Row, time.Time, error) {
+	if err := m.giveBackLost(ctx); err != nil {
+		return nil, time.Time{}, err
+	}
 	p := m.params(batch, clearWait)
 	p.Cursor = m.cursor
-	rows, now, cursor, err := m.store.ClaimOrdered(ctx, m.pool, p, m.buf)
+	rows, now, cursor, err := m.store.ClaimOrdered(ctx, m.db, p, m.buf)
 	if err == nil {
 		m.cursor = cursor
 	}
+	m.claimed(rows, err)
 	m.buf = rows[:0]
 	return rows, now, err
 }

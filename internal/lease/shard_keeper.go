@@ -47,7 +47,11 @@ func (s *shardLeases) keep(ctx context.Context, balance bool, leases *Registry) 
 		s.cb.taken()
 	}
 	if err != nil {
-		s.log.WarnContext(ctx, "shard renewal failed; publishes past their lease will be cancelled", slog.Any("error", err))
+		level := s.down.Failed(s.cfg.Clock.Now(), err)
+		if level == slog.LevelError {
+			level = slog.LevelWarn // a claim failing for the same cause says it louder
+		}
+		s.log.Log(ctx, level, "shard renewal failed; publishes past their lease will be cancelled", slog.Any("error", err))
 		for _, l := range leases.Overdue() {
 			leases.Cancel(l, ErrLost)
 		}
@@ -55,6 +59,11 @@ func (s *shardLeases) keep(ctx context.Context, balance bool, leases *Registry) 
 	s.abandonHung(ctx, leases)
 	if !renewed {
 		return
+	}
+	if err == nil {
+		if took, tries, ended := s.down.Recovered(s.cfg.Clock.Now()); ended {
+			s.log.InfoContext(ctx, "shard renewals succeed again", slog.Duration("failing_for", took), slog.Int("failed_renewals", tries))
+		}
 	}
 	kept, lost := leases.Renew(start.Add(s.cfg.trusted()), s.holds)
 	for _, l := range lost {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxd/outbox/internal/service"
 	"github.com/outboxd/outbox/internal/store"
 )
 
@@ -36,6 +37,9 @@ type shardLeases struct {
 	renewedAt time.Time
 	// lookedAt is when the free shards were last counted, between renewals.
 	lookedAt time.Time
+	// down follows a run of failed keeper turns; only the keeper's
+	// goroutine touches it.
+	down service.Outage
 }
 
 func newShardLeases(st *store.Store, pool *pgxpool.Pool, cfg Config, cb Callbacks, log *slog.Logger, count int) *shardLeases {

@@ -38,3 +38,18 @@ func (s *Store) FinalizeWritten(ctx context.Context, db DB, writes []RowWrite) (
 	}
 	return out, nil
 }
+
+// ReleaseUntracked returns to pending, the attempt refunded, every row
+// owner holds processing whose id is not in tracked, and returns their ids
+// (see release_untracked.sql): rows of a claim whose reply was lost.
+func (s *Store) ReleaseUntracked(ctx context.Context, db DB, owner string, tracked []int64) ([]int64, error) {
+	if tracked == nil {
+		tracked = []int64{}
+	}
+	rows, err := db.Query(ctx, s.releaseUntracked, ownerText(owner), tracked)
+	if err != nil {
+		return nil, translate(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	return ids, translate(err)
+}

@@ -38,7 +38,7 @@ type Store struct {
 	Table Table
 
 	claim, claimOrdered, finalize, resolve, wait, unwait               string
-	finalizeWritten                                                    string
+	finalizeWritten, releaseUntracked                                  string
 	status, deadList, deadRetry, deadSkip, purge, undelivered, blocked string
 	purgeIndex                                                         string
 	types, heartbeat                                                   string
@@ -72,29 +72,30 @@ func newStore(t Table) *Store {
 	claim := strings.ReplaceAll(rawSQL("sql/claim.sql"), "{{reap}}", reap)
 	claimOrdered := strings.ReplaceAll(rawSQL("sql/claim_ordered.sql"), "{{reap}}", reap)
 	return &Store{
-		Table:           t,
-		claim:           r.Replace(claim),
-		claimOrdered:    r.Replace(claimOrdered),
-		finalize:        load("sql/finalize.sql"),
-		finalizeWritten: load("sql/finalize_written.sql"),
-		resolve:         load("sql/resolve.sql"),
-		wait:            load("sql/wait.sql"),
-		unwait:          load("sql/unwait.sql"),
-		status:          load("sql/status.sql"),
-		deadList:        load("sql/dead_list.sql"),
-		deadRetry:       load("sql/dead_retry.sql"),
-		deadSkip:        load("sql/dead_skip.sql"),
-		purge:           load("sql/purge.sql"),
-		purgeIndex:      load("sql/purge_index.sql"),
-		undelivered:     load("sql/undelivered.sql"),
-		blocked:         load("sql/blocked.sql"),
-		types:           load("sql/undelivered_types.sql"),
-		heartbeat:       load("sql/heartbeat.sql"),
-		gauges:          load("sql/gauges.sql"),
-		access:          load("sql/access.sql"),
-		dropWake:        load("sql/drop_wake_trigger.sql"),
-		console:         loadConsole(load),
-		shards:          loadShards(load),
+		Table:            t,
+		claim:            r.Replace(claim),
+		claimOrdered:     r.Replace(claimOrdered),
+		finalize:         load("sql/finalize.sql"),
+		finalizeWritten:  load("sql/finalize_written.sql"),
+		releaseUntracked: load("sql/release_untracked.sql"),
+		resolve:          load("sql/resolve.sql"),
+		wait:             load("sql/wait.sql"),
+		unwait:           load("sql/unwait.sql"),
+		status:           load("sql/status.sql"),
+		deadList:         load("sql/dead_list.sql"),
+		deadRetry:        load("sql/dead_retry.sql"),
+		deadSkip:         load("sql/dead_skip.sql"),
+		purge:            load("sql/purge.sql"),
+		purgeIndex:       load("sql/purge_index.sql"),
+		undelivered:      load("sql/undelivered.sql"),
+		blocked:          load("sql/blocked.sql"),
+		types:            load("sql/undelivered_types.sql"),
+		heartbeat:        load("sql/heartbeat.sql"),
+		gauges:           load("sql/gauges.sql"),
+		access:           load("sql/access.sql"),
+		dropWake:         load("sql/drop_wake_trigger.sql"),
+		console:          loadConsole(load),
+		shards:           loadShards(load),
 	}
 }
 
