@@ -289,6 +289,28 @@ func TestShardLeasesBalance(t *testing.T) {
 	eventually(t, func() bool { return held()["A"] == 8 }, "A takes them all back")
 }
 
+// A dispatcher beyond its share gives the extra shards back as soon as
+// the others are there, not at its next renewal a third of a lease later:
+// after an outage the first dispatcher back takes every expired shard,
+// and the others must not sit idle until it renews.
+func TestShardLeasesNoHoarding(t *testing.T) {
+	t.Parallel()
+	b := shardBundle(t, 8)
+	held := func() map[string]int { return b.shardOwners(t) }
+	// Renewals every 20 s; the balance must not wait for one.
+	cfg := shardConfig(outbox.Config{Lease: time.Minute, PollInterval: 50 * time.Millisecond})
+	a := *cfg
+	a.Owner = "A"
+	start(t, b.dispatcher(t, newRecorder(nil).Sink(), &a))
+	eventually(t, func() bool { return held()["A"] == 8 }, "A alone holds every shard")
+
+	second := *cfg
+	second.Owner = "B"
+	start(t, b.dispatcher(t, newRecorder(nil).Sink(), &second))
+	require.Eventually(t, func() bool { h := held(); return h["A"] == 4 && h["B"] == 4 }, 8*time.Second, 20*time.Millisecond,
+		"A kept B's share until its next renewal")
+}
+
 // A table switched from row to shard leases: rows a row-lease dispatcher
 // left processing are delivered once their leases expire.
 func TestShardLeasesTakeOverRowLeases(t *testing.T) {

@@ -144,8 +144,8 @@ func TestUnitFlightHungAndSettle(t *testing.T) {
 }
 
 // due renews a renewal interval after the last renewal, and a dispatcher
-// holding nothing every poll interval; the free shards are counted only
-// between renewals of a dispatcher that holds some but not all.
+// holding nothing every poll interval; between renewals it looks (a read)
+// at most once a poll interval.
 func TestUnitShardRenewalDue(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
@@ -167,11 +167,44 @@ func TestUnitShardRenewalDue(t *testing.T) {
 	s.members = heldOf(0, 1, 2, 3)
 	s.renewedAt = clk.now()
 	clk.advance(9 * time.Second)
+	s.lookedAt = clk.now().Add(-time.Second / 2)
 	due, _ = s.due(ctx)
-	require.False(t, due, "holding every shard: nothing to look for before the renewal")
+	require.False(t, due, "looked within the poll interval: nothing to do before the renewal")
 	clk.advance(time.Second)
 	due, _ = s.due(ctx)
 	require.True(t, due, "a third of the lease since the last renewal")
 	require.Equal(t, 10*time.Second, s.RenewEvery())
 	require.Equal(t, time.Second, s.tick(), "the poll interval, shorter than a quarter of the renewal")
+}
+
+// A look finds the balance off when short of the share with shards free,
+// or beyond it with a shard that can be given back.
+func TestUnitBalanceOff(t *testing.T) {
+	t.Parallel()
+	busyOn := func(shards ...int) flight {
+		f := newFlight()
+		for i, s := range shards {
+			f.ids[int64(i+1)] = store.ShardLease{Shard: s}
+		}
+		return f
+	}
+	tests := []struct {
+		name               string
+		held               []int
+		busy               []int
+		count, free, alive int
+		off                bool
+	}{
+		{"alone with every shard", []int{0, 1, 2, 3}, nil, 4, 0, 1, false},
+		{"at its share", []int{0, 1}, nil, 4, 0, 2, false},
+		{"short, nothing free", []int{0}, nil, 4, 0, 2, false},
+		{"short, shards free", []int{0}, nil, 4, 1, 2, true},
+		{"beyond its share after the others came back", []int{0, 1, 2, 3}, nil, 4, 0, 2, true},
+		{"beyond, but every extra busy", []int{0, 1, 2, 3}, []int{0, 1, 2, 3}, 4, 0, 2, false},
+		{"beyond, one extra free to give", []int{0, 1, 2, 3}, []int{1, 2, 3}, 4, 0, 2, true},
+	}
+	for _, tt := range tests {
+		m, f := heldOf(tt.held...), busyOn(tt.busy...)
+		require.Equal(t, tt.off, balanceOff(&m, &f, tt.count, tt.free, tt.alive), tt.name)
+	}
 }

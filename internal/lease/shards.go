@@ -257,9 +257,8 @@ func (s *shardLeases) balance(ctx context.Context, share int) (gained bool, err 
 }
 
 // due reports whether the leases are to be renewed and balanced now: a
-// renewal interval since the last renewal, or, for a dispatcher holding
-// fewer than every shard, a poll interval since it last looked and shards
-// free (a dispatcher that stopped released its shards and left).
+// renewal interval since the last renewal, or a poll interval since it
+// last looked and the look finds the balance off (see balanceOff).
 func (s *shardLeases) due(ctx context.Context) (bool, error) {
 	now := s.cfg.Clock.Now()
 	s.mu.Lock()
@@ -269,14 +268,30 @@ func (s *shardLeases) due(ctx context.Context) (bool, error) {
 	switch {
 	case renewed >= s.cfg.RenewEvery() || held == 0 && renewed >= poll:
 		return true, nil
-	case held == s.count || looked < poll || renewed < poll:
+	case looked < poll || renewed < poll:
 		return false, nil
 	}
 	s.mu.Lock()
 	s.lookedAt = now
 	s.mu.Unlock()
-	free, err := s.store.FreeShards(ctx, s.pool)
-	return free > 0, err
+	free, alive, err := s.store.LookShards(ctx, s.pool, s.cfg.Owner, s.cfg.Lease)
+	if err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return balanceOff(&s.members, &s.flight, s.count, free, alive), nil
+}
+
+// balanceOff reports whether a look found this dispatcher's share of the
+// count shards off: short of it with shards free (a dispatcher that
+// stopped released its shards and left), or beyond it with a shard it can
+// give back (it took shards while the others were away, as after an
+// outage, and they are back).
+func balanceOff(m *membership, f *flight, count, free, alive int) bool {
+	share := fairShare(count, alive)
+	held := len(m.held)
+	return held < share && free > 0 || held > share && len(m.extras(share, f.busy())) > 0
 }
 
 // requeue takes over the rows of held shards that row leases left behind.

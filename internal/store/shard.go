@@ -17,7 +17,7 @@ const MaxShards = 4096
 // shardSQL are the shard-lease statements (docs/shard-leases.md).
 type shardSQL struct {
 	exists, count, renew, acquire, release, read, finalize, requeue string
-	leave, free, isolate, status, owners                            string
+	leave, look, isolate, status, owners                            string
 }
 
 func loadShards(load func(string) string) shardSQL {
@@ -31,7 +31,7 @@ func loadShards(load func(string) string) shardSQL {
 		finalize: load("sql/shard_finalize.sql"),
 		requeue:  load("sql/shard_requeue.sql"),
 		leave:    load("sql/shard_leave.sql"),
-		free:     load("sql/shard_free.sql"),
+		look:     load("sql/shard_look.sql"),
 		isolate:  load("sql/shard_isolate.sql"),
 		status:   load("sql/shard_status.sql"),
 		owners:   load("sql/shard_owners.sql"),
@@ -201,11 +201,11 @@ func (s *Store) LeaveShards(ctx context.Context, db DB, owner string) error {
 	return translate(err)
 }
 
-// FreeShards counts the shards no live lease holds.
-func (s *Store) FreeShards(ctx context.Context, db DB) (int, error) {
-	var n int
-	err := db.QueryRow(ctx, s.shards.free).Scan(&n)
-	return n, translate(err)
+// LookShards counts the shards no live lease holds and the dispatchers
+// alive, owner included (as RenewShards does, without writing).
+func (s *Store) LookShards(ctx context.Context, db DB, owner string, lease time.Duration) (free, alive int, err error) {
+	err = db.QueryRow(ctx, s.shards.look, ownerText(owner), lease.Microseconds()).Scan(&free, &alive)
+	return free, alive, translate(err)
 }
 
 func splitLeases(leases []ShardLease) ([]int32, []int64) {
