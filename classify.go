@@ -22,7 +22,7 @@ import (
 //     errors are logged at error level so a sink's missing case surfaces.
 func (d *Dispatcher) classify(c *claimed, err error) verdict {
 	m := &c.msg
-	r := verdict{claim: c, err: err, write: store.RowWrite{ID: m.ID, LeaseVersion: m.FencingToken}}
+	r := verdict{claim: c, err: err, write: store.RowWrite{ID: m.ID, LeaseVersion: m.FencingToken, Born: c.born}}
 	if err == nil {
 		r.outcome, r.write.Status = OutcomeDone, store.StatusDone
 		return r

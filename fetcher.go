@@ -24,6 +24,9 @@ type claimed struct {
 	// clock.
 	dbNow     time.Time
 	claimedAt time.Time
+	// born is the row's created_at as claimed, kept apart from msg,
+	// which the sink may change: the fenced write includes it.
+	born time.Time
 }
 
 func (c *claimed) lease() store.Lease { return store.Lease{ID: c.msg.ID, Version: c.msg.FencingToken} }
@@ -172,6 +175,7 @@ func (f *fetcher) emit(rows []store.Row, start, dbNow time.Time) {
 			},
 			dbNow:     dbNow,
 			claimedAt: claimedAt,
+			born:      r.CreatedAt,
 		}
 		leases[i] = claims[i].lease()
 	}

@@ -62,7 +62,7 @@ func TestFinalizeRetriedAfterLostReplyReportsNoLostLease(t *testing.T) {
 	b := setup(t)
 	ids := b.enqueueN(t, 3, "a")
 
-	cut := &replyCutter{marker: []byte("AS r(id, version, status, delay_us, refund, last_error)")}
+	cut := &replyCutter{marker: []byte("AS r(id, version, status, delay_us, refund, last_error, born)")}
 	cfg, err := pgxpool.ParseConfig(testdb.DSN(t))
 	require.NoError(t, err)
 	// Exec mode sends every statement's text, so the cutter can see which
@@ -153,4 +153,56 @@ func readyForQuery(buf []byte) bool {
 		buf = buf[1+size:]
 	}
 	return false
+}
+
+// A claim whose commit landed but whose reply was lost with the connection
+// (a failover, a cut link): its rows are processing under this dispatcher,
+// which never heard of them. They are given back and delivered at once,
+// not after their lease (a minute here, longer than the drain may take),
+// with the attempt the lost claim spent refunded.
+func TestClaimRetriedAfterLostReplyDeliversAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, ordered := range []bool{false, true} {
+		name := "Row"
+		if ordered {
+			name = "OrderedRow"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ids := b.enqueueN(t, 3, "a")
+			cut := &replyCutter{marker: []byte("lease_version = o.lease_version + 1")}
+			cfg, err := pgxpool.ParseConfig(testdb.DSN(t))
+			require.NoError(t, err)
+			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+			dial := cfg.ConnConfig.DialFunc
+			cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				c, err := dial(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				return cut.wrap(c), nil
+			}
+			pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+
+			rec := newRecorder(nil)
+			d, err := outbox.NewDispatcher(pool, rec.Sink(), &outbox.Config{
+				Table: b.table, Logger: quietLogger(), BatchSize: 10, PollInterval: 50 * time.Millisecond,
+				Lease: time.Minute, Ordered: ordered,
+			})
+			require.NoError(t, err)
+			drain(t, d)
+
+			require.True(t, cut.fired.Load(), "no claim reply was cut")
+			require.ElementsMatch(t, ids, rec.IDs(), "each message delivered once")
+			for _, m := range rec.Messages() {
+				require.Equal(t, 1, m.Attempt, "the lost claim's attempt was refunded")
+			}
+			for _, id := range ids {
+				require.Equal(t, "done", b.row(t, id).Status)
+			}
+		})
+	}
 }

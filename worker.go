@@ -135,6 +135,6 @@ func transient(err error) bool {
 // release returns c to pending unpublished, its attempt refunded.
 func release(c *claimed, reason string) verdict {
 	return verdict{claim: c, outcome: OutcomeReleased, write: store.RowWrite{
-		ID: c.msg.ID, LeaseVersion: c.msg.FencingToken, Status: store.StatusPending, Refund: true,
+		ID: c.msg.ID, LeaseVersion: c.msg.FencingToken, Born: c.born, Status: store.StatusPending, Refund: true,
 	}, err: errors.New(reason)}
 }

@@ -30,7 +30,8 @@ func newTestWorker(cfg *Config, renewEvery time.Duration, publish func(context.C
 }
 
 func claimOf(id int64, leases *lease.Registry, trusted time.Duration) *claimed {
-	c := &claimed{msg: Message{ID: id, FencingToken: 7}, dbNow: time.Now(), claimedAt: time.Now()}
+	born := time.Date(2026, 3, 1, 0, 0, 0, int(id), time.UTC)
+	c := &claimed{msg: Message{ID: id, FencingToken: 7, CreatedAt: born}, dbNow: time.Now(), claimedAt: time.Now(), born: born}
 	leases.Add([]store.Lease{c.lease()}, time.Now().Add(trusted))
 	return c
 }
@@ -65,6 +66,7 @@ func TestWorkerVerdicts(t *testing.T) {
 		require.True(t, v.write.Refund, "the attempt is refunded")
 		require.Equal(t, store.StatusPending, v.write.Status)
 		require.Equal(t, int64(7), v.write.LeaseVersion, "fenced on the lease it was claimed under")
+		require.Equal(t, time.Date(2026, 3, 1, 0, 0, 0, 1, time.UTC), v.write.Born, "and on the row it was claimed from")
 	})
 	t.Run("too little lease left to start", func(t *testing.T) {
 		t.Parallel()

@@ -32,6 +32,21 @@ type RowWrite struct {
 	// Error is last_error, ignored for done. Any bytes are accepted: the
 	// store writes them as valid UTF-8 without NUL, at most 500 bytes.
 	Error string
+	// Born is the row's created_at as it was claimed: under row leases
+	// the fence includes it, so a write meant for a row that is gone
+	// cannot land on another row given the same id (a sequence that
+	// handed the id out again after a failover, a restore or a reset; the
+	// new row's first lease carries the same token and may have the same
+	// owner). Zero leaves it out of the fence.
+	Born time.Time
+}
+
+// born is w's Born for a statement: NULL when unset.
+func (w *RowWrite) born() *time.Time {
+	if w.Born.IsZero() {
+		return nil
+	}
+	return &w.Born
 }
 
 // Finalize applies writes, in one statement when it can. It returns,
@@ -122,15 +137,16 @@ func (s *Store) finalizeBatch(ctx context.Context, db DB, owner string, writes [
 	delays := make([]int64, n)
 	refunds := make([]int32, n)
 	errs := make([]string, n)
+	borns := make([]*time.Time, n)
 	for i, o := range writes {
-		ids[i], versions[i], statuses[i] = o.ID, o.LeaseVersion, o.Status
+		ids[i], versions[i], statuses[i], borns[i] = o.ID, o.LeaseVersion, o.Status, o.born()
 		delays[i] = o.Delay.Microseconds()
 		if o.Refund {
 			refunds[i] = 1
 		}
 		errs[i] = storable(o.Error, maxErrorText)
 	}
-	rows, err := db.Query(ctx, s.finalize, owner, ids, versions, statuses, delays, refunds, errs)
+	rows, err := db.Query(ctx, s.finalize, owner, ids, versions, statuses, delays, refunds, errs, borns)
 	if err != nil {
 		return translate(err)
 	}

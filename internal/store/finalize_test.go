@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
@@ -144,4 +145,37 @@ func finalizeMaybeInTx(t *testing.T, b *testBundle, inTx bool, outcomes []store.
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(t.Context()))
 	return held
+}
+
+// A row gone from the table (lost in a failover, a restore) and its id
+// handed out again: the new row's first lease has the same token and may
+// have the same owner. A finalize still retried for the old row must not
+// land on the new one, which would then be done without ever being
+// delivered; its confirmation after a lost reply must not count it either.
+func TestFinalizeFencesOnTheRowNotItsID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.enqueueN(t, 1)
+	old := b.claim(t, store.ClaimParams{Owner: "A"})
+	require.Len(t, old, 1)
+
+	b.exec(t, "DELETE FROM {{table}} WHERE id = $1", ids[0])
+	b.exec(t, "INSERT INTO {{table}} (id, aggregate_type, aggregate_id, event_type, payload, created_at) "+
+		"OVERRIDING SYSTEM VALUE VALUES ($1, 'order', 'other', 'Reborn', '{}', $2)", ids[0], old[0].CreatedAt.Add(time.Second))
+	reborn := b.claim(t, store.ClaimParams{Owner: "A"})
+	require.Len(t, reborn, 1)
+	require.Equal(t, old[0].ID, reborn[0].ID)
+	require.Equal(t, old[0].LeaseVersion, reborn[0].LeaseVersion, "the new row's first token is the old one's")
+
+	stale := store.RowWrite{ID: old[0].ID, LeaseVersion: old[0].LeaseVersion, Born: old[0].CreatedAt, Status: store.StatusDone}
+	require.Equal(t, []bool{false}, b.finalize(t, "A", stale), "the old row's write landed on the new row")
+	written, err := b.st.FinalizeWritten(t.Context(), b.pool, []store.RowWrite{stale})
+	require.NoError(t, err)
+	require.Equal(t, []bool{false}, written)
+
+	fresh := store.RowWrite{ID: reborn[0].ID, LeaseVersion: reborn[0].LeaseVersion, Born: reborn[0].CreatedAt, Status: store.StatusDone}
+	require.Equal(t, []bool{true}, b.finalize(t, "A", fresh))
+	written, err = b.st.FinalizeWritten(t.Context(), b.pool, []store.RowWrite{fresh})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true}, written)
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -16,11 +17,12 @@ func (s *Store) FinalizeWritten(ctx context.Context, db DB, writes []RowWrite) (
 	versions := make([]int64, n)
 	statuses := make([]string, n)
 	errs := make([]string, n)
+	borns := make([]*time.Time, n)
 	for i, o := range writes {
-		ids[i], versions[i], statuses[i] = o.ID, o.LeaseVersion, o.Status
+		ids[i], versions[i], statuses[i], borns[i] = o.ID, o.LeaseVersion, o.Status, o.born()
 		errs[i] = storable(o.Error, maxErrorText)
 	}
-	rows, err := db.Query(ctx, s.finalizeWritten, ids, versions, statuses, errs)
+	rows, err := db.Query(ctx, s.finalizeWritten, ids, versions, statuses, errs, borns)
 	if err != nil {
 		return nil, translate(err)
 	}

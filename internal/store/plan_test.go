@@ -127,8 +127,8 @@ func TestPlansUsePartialIndexes(t *testing.T) {
 		{
 			name: "Finalize",
 			sql:  b.st.FinalizeSQL(),
-			// owner, ids, versions, statuses, delays, refunds, errors.
-			args: `'planner', '{1000, 200500, 201000}', '{1, 1, 1}', '{done, pending, dead}', '{0, 1000000, 0}', '{0, 0, 0}', '{"", timeout, bad}'`,
+			// owner, ids, versions, statuses, delays, refunds, errors, created_at as claimed.
+			args: `'planner', '{1000, 200500, 201000}', '{1, 1, 1}', '{done, pending, dead}', '{0, 1000000, 0}', '{0, 0, 0}', '{"", timeout, bad}', '{2026-01-01, 2026-01-01, NULL}'`,
 			// Probes for the given ids, or a read of the processing rows
 			// when the statistics say there are next to none.
 			anyOf: []string{name + "_pkey", name + "_leased"},

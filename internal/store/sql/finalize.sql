@@ -3,7 +3,11 @@
 -- RETURNING names the leases (id and version) whose fence held, so the caller
 -- learns per message whether its lease was lost.
 -- $1 owner, $2 ids, $3 lease versions, $4 new statuses,
--- $5 delays in microseconds (pending only), $6 attempts to refund, $7 errors ('' keeps the previous one).
+-- $5 delays in microseconds (pending only), $6 attempts to refund, $7 errors ('' keeps the previous one),
+-- $8 each row's created_at as claimed (NULL: not fenced on it). The fence
+-- includes created_at so that a write meant for a row that is gone cannot
+-- land on another row given its id again (after a failover, a restore or
+-- a sequence reset), whose first lease has the same token.
 UPDATE {{table}} AS o
 SET status = r.status,
     available_at = CASE WHEN r.status = 'pending'
@@ -16,8 +20,8 @@ SET status = r.status,
     done_at = CASE WHEN r.status = 'done' THEN now() END,
     lease_owner = NULL,
     lease_until = NULL
-FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::bigint[], $6::integer[], $7::text[])
-     AS r(id, version, status, delay_us, refund, last_error)
+FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::bigint[], $6::integer[], $7::text[], $8::timestamptz[])
+     AS r(id, version, status, delay_us, refund, last_error, born)
 -- The = ANY probe pins the plan to primary-key lookups whatever the
 -- statistics say about how many rows are processing.
 WHERE o.id = ANY ($2::bigint[])
@@ -25,4 +29,5 @@ WHERE o.id = ANY ($2::bigint[])
   AND o.status = 'processing'
   AND o.lease_version = r.version
   AND o.lease_owner = $1
+  AND (r.born IS NULL OR o.created_at = r.born)
 RETURNING o.id, o.lease_version
