@@ -103,16 +103,28 @@ func (s *shardLeases) abandonHung(ctx context.Context, leases *Registry) {
 	}
 	s.mu.Lock()
 	s.flight.markHung(newly)
-	var release []store.ShardLease
-	for _, shard := range s.flight.giveUp() {
-		if token, ok := s.members.held[shard]; ok {
-			release = append(release, store.ShardLease{Shard: shard, Token: token})
-		}
-	}
+	release := giveUpHung(&s.members, &s.flight)
 	s.mu.Unlock()
 	if len(release) > 0 {
-		if err := s.release(ctx, release); err != nil {
+		if _, err := s.store.ReleaseShards(ctx, s.pool, s.cfg.Owner, release); err != nil {
 			s.log.WarnContext(ctx, "could not give up a shard; it passes on when its lease ends", slog.Any("error", err))
 		}
 	}
+}
+
+// giveUpHung takes out of both the shards whose only messages in flight
+// are hung publishes, and returns those held, to be released. They leave
+// membership at once, with their ids, so that no read planned from here on
+// reads them, and a read already under way hands none of their rows over:
+// the hung message, no longer in flight, would otherwise go out again under
+// the very token its hung publish holds.
+func giveUpHung(m *membership, f *flight) []store.ShardLease {
+	var release []store.ShardLease
+	for _, shard := range f.giveUp() {
+		if token, ok := m.held[shard]; ok {
+			release = append(release, store.ShardLease{Shard: shard, Token: token})
+		}
+	}
+	m.drop(release)
+	return release
 }

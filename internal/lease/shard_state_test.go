@@ -208,3 +208,22 @@ func TestUnitBalanceOff(t *testing.T) {
 		require.Equal(t, tt.off, balanceOff(&m, &f, tt.count, tt.free, tt.alive), tt.name)
 	}
 }
+
+// A shard given up for a hung publish leaves membership in the same step
+// as its ids leave the flight: between the two, a read would deliver the
+// hung message again under the token its hung publish holds.
+func TestUnitGiveUpHung(t *testing.T) {
+	t.Parallel()
+	m, f := heldOf(1, 2), newFlight()
+	f.ids[10] = store.ShardLease{Shard: 1, Token: 11}
+	f.ids[20] = store.ShardLease{Shard: 2, Token: 12}
+	f.markHung([]store.Lease{{ID: 10, Version: 11}})
+	plain, _, _ := readPlan(&m, &f)
+	require.Equal(t, []int{2}, plain, "an abandoned shard is not read")
+
+	require.Equal(t, []store.ShardLease{{Shard: 1, Token: 11}}, giveUpHung(&m, &f))
+	plain, _, tokens := readPlan(&m, &f)
+	require.Equal(t, []int{2}, plain, "the given-up shard is not read again before its release")
+	require.False(t, m.holds(1, tokens[1]), "rows read from it are not handed over")
+	require.ElementsMatch(t, []int64{20}, f.exclude())
+}

@@ -49,11 +49,12 @@ func (s *Store) ReadShards(ctx context.Context, db DB, owner string, held []Shar
 func (s *Store) FinalizeShards(ctx context.Context, db DB, owner string, writes []RowWrite) ([]bool, error) {
 	n := len(writes)
 	ids, statuses, delays := make([]int64, n), make([]string, n), make([]int64, n)
-	attempts, errs := make([]int32, n), make([]string, n)
+	attempts, errs, borns := make([]int32, n), make([]string, n), make([]*time.Time, n)
 	seen := map[ShardLease]bool{}
 	var leases []ShardLease
 	for i, w := range writes {
 		ids[i], statuses[i], delays[i], errs[i] = w.ID, w.Status, w.Delay.Microseconds(), storable(w.Error, maxErrorText)
+		borns[i] = w.born()
 		if !w.Refund {
 			attempts[i] = 1
 		}
@@ -63,7 +64,7 @@ func (s *Store) FinalizeShards(ctx context.Context, db DB, owner string, writes 
 		}
 	}
 	shards, tokens := splitLeases(leases)
-	rows, err := db.Query(ctx, s.shards.finalize, ownerText(owner), shards, tokens, ids, statuses, delays, attempts, errs)
+	rows, err := db.Query(ctx, s.shards.finalize, ownerText(owner), shards, tokens, ids, statuses, delays, attempts, errs, borns)
 	if err != nil {
 		return nil, translate(err)
 	}

@@ -56,7 +56,7 @@ func doneWrites(leases []store.AcquiredShard, rows []store.Row) []store.RowWrite
 	}
 	out := make([]store.RowWrite, len(rows))
 	for i, r := range rows {
-		out[i] = store.RowWrite{ID: r.ID, Shard: r.Shard, LeaseVersion: token[r.Shard], Status: store.StatusDone}
+		out[i] = store.RowWrite{ID: r.ID, Shard: r.Shard, LeaseVersion: token[r.Shard], Born: r.CreatedAt, Status: store.StatusDone}
 	}
 	return out
 }
@@ -158,6 +158,31 @@ func TestShardReadAndFinalize(t *testing.T) {
 	rows = b.readShards(t, "A", a, nil, 100)
 	require.Len(t, rows, 1, "only the row that was in flight: done, dead and backed-off rows are not read")
 	require.Equal(t, ids[0], rows[0].ID)
+}
+
+// A row gone from the table and its id handed out again (a failover, a
+// restore): a write meant for the old row does not land on the new one,
+// though the shard and its token are the same.
+func TestShardFinalizeFencesOnTheRowNotItsID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.NoError(t, b.enableShards(t, 1))
+	ids := b.enqueueN(t, 1)
+	a := b.acquire(t, "A", 1)
+	old := b.readShards(t, "A", a, nil, 10)
+	require.Len(t, old, 1)
+	b.exec(t, "DELETE FROM {{table}} WHERE id = $1", ids[0])
+	b.exec(t, "INSERT INTO {{table}} (id, aggregate_type, aggregate_id, event_type, payload, created_at) "+
+		"OVERRIDING SYSTEM VALUE VALUES ($1, 'order', 'other', 'Reborn', '{}', $2)", ids[0], old[0].CreatedAt.Add(time.Second))
+	reborn := b.readShards(t, "A", a, nil, 10)
+	require.Len(t, reborn, 1)
+
+	made, err := b.st.FinalizeShards(t.Context(), b.pool, "A", doneWrites(a, old))
+	require.NoError(t, err)
+	require.Equal(t, []bool{false}, made, "the old row's write landed on the new row")
+	made, err = b.st.FinalizeShards(t.Context(), b.pool, "A", doneWrites(a, reborn))
+	require.NoError(t, err)
+	require.Equal(t, []bool{true}, made)
 }
 
 // A dispatcher whose shard was taken over cannot write any of its rows.

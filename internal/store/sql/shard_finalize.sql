@@ -10,7 +10,9 @@
 -- delivery that wrote it, its shard's.
 -- $1 owner, $2 shards, $3 tokens, $4 ids, $5 new statuses,
 -- $6 delays in microseconds (pending only), $7 attempts to add,
--- $8 errors ('' keeps the previous one).
+-- $8 errors ('' keeps the previous one), $9 each row's created_at as read
+-- (NULL: not compared), so that a write meant for a row that is gone
+-- cannot land on another row given its id again.
 WITH held AS (
     SELECT s.shard, s.token FROM {{shards}} AS s
     JOIN unnest($2::integer[], $3::bigint[]) AS f(shard, token)
@@ -29,11 +31,12 @@ SET status = r.status,
                       ELSE r.last_error END,
     done_at = CASE WHEN r.status = 'done' THEN now() END,
     lease_version = h.token
-FROM unnest($4::bigint[], $5::text[], $6::bigint[], $7::integer[], $8::text[])
-     AS r(id, status, delay_us, attempts, last_error),
+FROM unnest($4::bigint[], $5::text[], $6::bigint[], $7::integer[], $8::text[], $9::timestamptz[])
+     AS r(id, status, delay_us, attempts, last_error, born),
      held AS h
 WHERE o.id = ANY ($4::bigint[])
   AND o.id = r.id
   AND o.status = 'pending'
   AND o.shard = h.shard
+  AND (r.born IS NULL OR o.created_at = r.born)
 RETURNING o.id
