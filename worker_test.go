@@ -80,8 +80,10 @@ func TestWorkerVerdicts(t *testing.T) {
 	})
 	t.Run("with renewals the start window is one renewal", func(t *testing.T) {
 		t.Parallel()
+		// Renewals every 200ms: 900ms left is plenty, though less than the
+		// second a publish without renewals would need.
 		w, leases := newTestWorker(cfg, 200*time.Millisecond, func(context.Context, *Message) error { return nil })
-		v := w.process(context.Background(), claimOf(1, leases, 500*time.Millisecond))
+		v := w.process(context.Background(), claimOf(1, leases, 900*time.Millisecond))
 		require.Equal(t, OutcomeDone, v.outcome)
 	})
 	t.Run("a publish cut short by the lease is released", func(t *testing.T) {
@@ -90,11 +92,13 @@ func TestWorkerVerdicts(t *testing.T) {
 		// of the lease: a timeout there is not the message's fault.
 		slow := stageConfig(10, 1)
 		slow.PublishTimeout, slow.Lease = time.Hour, 2*time.Second // a start window of 500ms
+		// 1.5s left: a second of margin over the window however loaded
+		// the machine, and the publish is cut at 1.5s.
 		w, leases := newTestWorker(slow, 0, func(ctx context.Context, _ *Message) error {
 			<-ctx.Done()
 			return ctx.Err()
 		})
-		v := w.process(context.Background(), claimOf(1, leases, 600*time.Millisecond))
+		v := w.process(context.Background(), claimOf(1, leases, 1500*time.Millisecond))
 		require.Equal(t, OutcomeReleased, v.outcome)
 		require.ErrorContains(t, v.err, "cut short by the lease")
 	})
