@@ -122,7 +122,9 @@ type Config struct {
 
 	// Owner names this dispatcher in lease_owner (for observability; the
 	// fencing token, not the owner, decides who may write). Defaults to
-	// "host-pid-random".
+	// "host-pid-random". Give each dispatcher its own: after a claim
+	// whose reply was lost, a dispatcher gives back every row processing
+	// under its owner that it does not hold.
 	Owner string
 
 	// PollInterval is how often an idle dispatcher polls for work when no
