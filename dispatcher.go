@@ -167,16 +167,16 @@ func (d *Dispatcher) run(ctx context.Context, drain bool) error {
 	channel := table.Channel()
 	lc := d.cfg.leaseConfig()
 	lc.Clock = d.clock
-	mode, err := lease.New(ctx, d.store, d.pool, lc, d.leaseCallbacks(), d.log)
+	leases := lease.NewRegistry(d.clock)
+	mode, err := lease.New(ctx, d.store, d.pool, leases, lc, d.leaseCallbacks(), d.log)
 	if err != nil {
 		return err
 	}
-	leases := lease.NewRegistry(d.clock)
 	var stopListener, stopKeeper func()
 	if !d.cfg.DisableNotify {
 		stopListener = startService(ctx, func(ctx context.Context) { d.listen(ctx, channel) })
 	}
-	if keep := mode.Keeper(ctx, leases); keep != nil {
+	if keep := mode.Keeper(ctx); keep != nil {
 		// The leases are kept through shutdown, while in-flight
 		// publishes end.
 		stopKeeper = startService(context.WithoutCancel(ctx), keep)

@@ -78,10 +78,10 @@ func (m *fakeMode) Settled(writes []store.RowWrite) {
 	m.settled = append(m.settled, writes...)
 }
 
-func (m *fakeMode) Keeper(context.Context, *lease.Registry) func(context.Context) { return nil }
-func (m *fakeMode) RenewEvery() time.Duration                                     { return m.renew }
-func (m *fakeMode) Ordered() bool                                                 { return m.ordered }
-func (m *fakeMode) Close(context.Context) error                                   { return nil }
+func (m *fakeMode) Keeper(context.Context) func(context.Context) { return nil }
+func (m *fakeMode) RenewEvery() time.Duration                    { return m.renew }
+func (m *fakeMode) Ordered() bool                                { return m.ordered }
+func (m *fakeMode) Close(context.Context) error                  { return nil }
 
 func (m *fakeMode) Undelivered(context.Context) (bool, error) {
 	m.mu.Lock()

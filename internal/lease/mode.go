@@ -47,7 +47,7 @@ type Mode interface {
 	// publishes run (heartbeats, shard renewal), run until its ctx is done,
 	// through the run's shutdown (run ends first); nil when nothing needs
 	// to run.
-	Keeper(run context.Context, leases *Registry) func(ctx context.Context)
+	Keeper(run context.Context) func(ctx context.Context)
 	// RenewEvery is how often the keeper extends the leases of rows in
 	// flight; zero when they are never extended (row leases without
 	// heartbeats), so a publish must end inside the lease it was claimed
@@ -188,9 +188,10 @@ func (cb *Callbacks) taken() {
 }
 
 // New returns the mode cfg asks for, set up for one run against st's
-// table. In row mode it warns when the table has shards, since dispatchers
+// table; leases is the run's registry, which the fetcher fills and the
+// completer empties, and whose leases the mode's keeper keeps. In row mode it warns when the table has shards, since dispatchers
 // of the two modes on one table deliver the same messages.
-func New(ctx context.Context, st *store.Store, pool *pgxpool.Pool, cfg Config, cb Callbacks, log *slog.Logger) (Mode, error) {
+func New(ctx context.Context, st *store.Store, pool *pgxpool.Pool, leases *Registry, cfg Config, cb Callbacks, log *slog.Logger) (Mode, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -208,12 +209,12 @@ func New(ctx context.Context, st *store.Store, pool *pgxpool.Pool, cfg Config, c
 		case !ok:
 			return nil, fmt.Errorf("outbox: table %s's shards were set up by an earlier version: run outboxd migrate (Admin.Migrate) first", st.Table)
 		}
-		return newShardLeases(st, pool, cfg, cb, log, n), nil
+		return newShardLeases(st, pool, cfg, cb, log, n, leases), nil
 	case n > 0:
 		log.WarnContext(ctx, "the table has shards but this dispatcher uses row leases: with shard-lease dispatchers on the same table, messages are delivered twice",
 			slog.Int("shards", n))
 	}
-	rows := newRowLeases(st, pool, cfg, cb, log)
+	rows := newRowLeases(st, pool, cfg, cb, log, leases)
 	if cfg.Ordered {
 		return &orderedRowLeases{rowLeases: rows}, nil
 	}

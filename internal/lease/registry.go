@@ -62,6 +62,17 @@ func (r *Registry) Add(leases []store.Lease, deadline time.Time) {
 	}
 }
 
+// IDs returns the ids of the rows registered.
+func (r *Registry) IDs() []int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := make([]int64, 0, len(r.m))
+	for l := range r.m {
+		ids = append(ids, l.ID)
+	}
+	return ids
+}
+
 // Forget drops leases whose outcome was written (or given up on).
 func (r *Registry) Forget(leases []store.Lease) {
 	r.mu.Lock()

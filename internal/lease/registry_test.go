@@ -19,6 +19,7 @@ func TestUnitRegistry(t *testing.T) {
 	r := NewRegistry(clk.now)
 	a, b, c := store.Lease{ID: 1, Version: 1}, store.Lease{ID: 2, Version: 1}, store.Lease{ID: 3, Version: 1}
 	r.Add([]store.Lease{a, b, c}, clk.now().Add(10*time.Second))
+	require.ElementsMatch(t, []int64{1, 2, 3}, r.IDs())
 	require.Equal(t, 10*time.Second, r.UntilDeadline(a))
 	require.Zero(t, r.UntilDeadline(store.Lease{ID: 9}), "an unknown lease is not trusted")
 
@@ -48,6 +49,7 @@ func TestUnitRegistry(t *testing.T) {
 	require.True(t, errors.Is(cancelled, ErrLost))
 
 	r.Forget([]store.Lease{a, b, c})
+	require.Empty(t, r.IDs())
 	require.Zero(t, r.UntilDeadline(a))
 	require.True(t, r.LastDeadline([]store.Lease{a, b, c}).IsZero())
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -26,12 +25,13 @@ type rowLeases struct {
 	cb  Callbacks
 	log *slog.Logger
 
+	// leases is the run's registry: every row claimed and not yet
+	// settled is in it (the fetcher registers a claim's rows before it
+	// claims again).
+	leases *Registry
+
 	buf []store.Row // the claim's rows, reused: the fetcher hands them on before it claims again
 
-	// mu guards tracked: the ids claimed and not yet settled. Claim adds
-	// to it and Settled (the completer) takes away.
-	mu      sync.Mutex
-	tracked map[int64]struct{}
 	// unsure is set when a claim failed: it may have committed with its
 	// reply lost, its rows processing under this owner without the
 	// dispatcher knowing. They are given back before the next claim.
@@ -39,8 +39,8 @@ type rowLeases struct {
 	unsure bool
 }
 
-func newRowLeases(st *store.Store, pool *pgxpool.Pool, cfg Config, cb Callbacks, log *slog.Logger) *rowLeases {
-	return &rowLeases{store: st, pool: pool, db: pool, cfg: cfg, cb: cb, log: log, tracked: map[int64]struct{}{}}
+func newRowLeases(st *store.Store, pool *pgxpool.Pool, cfg Config, cb Callbacks, log *slog.Logger, leases *Registry) *rowLeases {
+	return &rowLeases{store: st, pool: pool, db: pool, cfg: cfg, cb: cb, log: log, leases: leases}
 }
 
 func (m *rowLeases) params(batch int, clearWait bool) store.ClaimParams {
@@ -54,41 +54,21 @@ func (m *rowLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]sto
 		return nil, time.Time{}, err
 	}
 	rows, now, err := m.store.Claim(ctx, m.db, m.params(batch, clearWait), m.buf)
-	m.claimed(rows, err)
+	m.unsure = err != nil
 	m.buf = rows[:0]
 	return rows, now, err
 }
 
-// claimed tracks the rows of a claim, or after a failed one notes that it
-// may have committed all the same.
-func (m *rowLeases) claimed(rows []store.Row, err error) {
-	if err != nil {
-		m.unsure = true
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, r := range rows {
-		m.tracked[r.ID] = struct{}{}
-	}
-}
-
 // giveBackLost gives back, after a failed claim, the rows that claim took
 // if it committed with its reply lost: every row processing under this
-// owner that the dispatcher does not track. A claim the reply of which
+// owner that is not in the registry. A claim the reply of which
 // was lost would otherwise hold its rows, and in ordered mode their
 // aggregates, for a whole lease.
 func (m *rowLeases) giveBackLost(ctx context.Context) error {
 	if !m.unsure {
 		return nil
 	}
-	m.mu.Lock()
-	ids := make([]int64, 0, len(m.tracked))
-	for id := range m.tracked {
-		ids = append(ids, id)
-	}
-	m.mu.Unlock()
-	released, err := m.store.ReleaseUntracked(ctx, m.db, m.cfg.Owner, ids)
+	released, err := m.store.ReleaseUntracked(ctx, m.db, m.cfg.Owner, m.leases.IDs())
 	if err != nil {
 		return err
 	}
@@ -122,21 +102,13 @@ func (m *rowLeases) Finalize(ctx context.Context, writes []store.RowWrite) ([]bo
 	return held, tx.Commit(ctx)
 }
 
-// Settled stops tracking the rows of a batch whose outcome was written
-// or given up on.
-func (m *rowLeases) Settled(writes []store.RowWrite) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, w := range writes {
-		delete(m.tracked, w.ID)
-	}
-}
+func (m *rowLeases) Settled([]store.RowWrite) {}
 
-func (m *rowLeases) Keeper(_ context.Context, leases *Registry) func(context.Context) {
+func (m *rowLeases) Keeper(context.Context) func(context.Context) {
 	if m.cfg.HeartbeatInterval <= 0 {
 		return nil
 	}
-	h := &heartbeat{store: m.store, pool: m.pool, cfg: m.cfg, cb: m.cb, log: m.log, leases: leases}
+	h := &heartbeat{store: m.store, pool: m.pool, cfg: m.cfg, cb: m.cb, log: m.log, leases: m.leases}
 	return h.run
 }
 
@@ -171,7 +143,7 @@ func (m *orderedRowLeases) Claim(ctx context.Context, batch int, clearWait bool)
 	if err == nil {
 		m.cursor = cursor
 	}
-	m.claimed(rows, err)
+	m.unsure = err != nil
 	m.buf = rows[:0]
 	return rows, now, err
 }

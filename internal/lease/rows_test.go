@@ -64,6 +64,15 @@ func rowTable(t *testing.T, n int) (*store.Store, *pgxpool.Pool) {
 	return st, pool
 }
 
+// register adds claimed rows to the registry, as the fetcher does.
+func register(leases *Registry, rows []store.Row) {
+	ls := make([]store.Lease, len(rows))
+	for i, r := range rows {
+		ls[i] = store.Lease{ID: r.ID, Version: r.LeaseVersion}
+	}
+	leases.Add(ls, time.Now().Add(time.Hour))
+}
+
 // setDB has a row-lease mode run its claims on db.
 func setDB(m Mode, db store.DB) {
 	switch r := m.(type) {
@@ -94,7 +103,8 @@ func TestClaimReplyLost(t *testing.T) {
 			t.Parallel()
 			st, pool := rowTable(t, 8)
 			db := &lossyDB{Pool: pool}
-			m, err := New(t.Context(), st, pool, Config{
+			leases := NewRegistry(nil)
+			m, err := New(t.Context(), st, pool, leases, Config{
 				Ordered: ordered, Owner: "lossy", Lease: time.Hour, MaxAttempts: 5, PollInterval: time.Second, Window: 10,
 			}, Callbacks{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			require.NoError(t, err)
@@ -103,6 +113,7 @@ func TestClaimReplyLost(t *testing.T) {
 			held, _, err := m.Claim(t.Context(), 2, false)
 			require.NoError(t, err)
 			require.Len(t, held, 2)
+			register(leases, held) // as the fetcher does before it claims again
 
 			db.lose.Store(true)
 			_, _, err = m.Claim(t.Context(), 2, false)
@@ -139,7 +150,7 @@ func TestClaimReplyLostAtStop(t *testing.T) {
 	t.Parallel()
 	st, pool := rowTable(t, 4)
 	db := &lossyDB{Pool: pool}
-	m, err := New(t.Context(), st, pool, Config{
+	m, err := New(t.Context(), st, pool, NewRegistry(nil), Config{
 		Owner: "lossy", Lease: time.Hour, MaxAttempts: 5, PollInterval: time.Second, Window: 10,
 	}, Callbacks{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)

@@ -17,7 +17,7 @@ import (
 // of a shard that was lost have their publishes cancelled. run is the
 // dispatcher's run: once it is stopping, the keeper renews but no longer
 // takes shards.
-func (s *shardLeases) Keeper(run context.Context, leases *Registry) func(context.Context) {
+func (s *shardLeases) Keeper(run context.Context) func(context.Context) {
 	return func(ctx context.Context) {
 		service.Every(ctx, s.tick(), func() {
 			// A turn is not cut short when the keeper stops: an acquire
@@ -26,7 +26,7 @@ func (s *shardLeases) Keeper(run context.Context, leases *Registry) func(context
 			// then does not release.
 			turn, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(s.cfg.RenewEvery(), time.Second))
 			defer cancel()
-			s.keep(turn, run.Err() == nil, leases)
+			s.keep(turn, run.Err() == nil)
 		})
 	}
 }
@@ -38,7 +38,8 @@ func (s *shardLeases) tick() time.Duration {
 }
 
 // keep runs one turn of the keeper.
-func (s *shardLeases) keep(ctx context.Context, balance bool, leases *Registry) {
+func (s *shardLeases) keep(ctx context.Context, balance bool) {
+	leases := s.leases
 	start := s.cfg.Clock.Now()
 	renewed, gained, err := s.maintain(ctx, balance)
 	if gained {
@@ -56,7 +57,7 @@ func (s *shardLeases) keep(ctx context.Context, balance bool, leases *Registry) 
 			leases.Cancel(l, ErrLost)
 		}
 	}
-	s.abandonHung(ctx, leases)
+	s.abandonHung(ctx)
 	if !renewed {
 		return
 	}
@@ -93,8 +94,8 @@ func (s *shardLeases) holds(l store.Lease) bool {
 // and, once nothing else of it is in flight, released: whoever takes it
 // next, under a new token, delivers the message again, and the hung
 // publish's late finalize is fenced off.
-func (s *shardLeases) abandonHung(ctx context.Context, leases *Registry) {
-	newly := leases.MarkHung(s.cfg.Clock.Now().Add(-s.cfg.PublishTimeout - s.cfg.RenewEvery()))
+func (s *shardLeases) abandonHung(ctx context.Context) {
+	newly := s.leases.MarkHung(s.cfg.Clock.Now().Add(-s.cfg.PublishTimeout - s.cfg.RenewEvery()))
 	for _, l := range newly {
 		s.cb.hung(l)
 		s.log.Error("publish hung past its timeout (the sink ignores its context); giving its shard up",

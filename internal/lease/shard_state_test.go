@@ -151,7 +151,7 @@ func TestUnitShardRenewalDue(t *testing.T) {
 	clk := newFakeClock()
 	s := newShardLeases(nil, nil, Config{
 		Kind: Shards, Owner: "a", Lease: 30 * time.Second, MaxAttempts: 3, PollInterval: time.Second, Window: 10, Clock: clk.now,
-	}, Callbacks{}, nil, 4)
+	}, Callbacks{}, nil, 4, nil)
 	ctx := context.Background()
 	due, err := s.due(ctx)
 	require.NoError(t, err)

@@ -27,6 +27,8 @@ type shardLeases struct {
 	cb    Callbacks
 	log   *slog.Logger
 	count int // the table's shards
+	// leases is the run's registry, whose leases the keeper renews.
+	leases *Registry
 
 	// mu guards the state below; store calls are made without it.
 	mu      sync.Mutex
@@ -42,9 +44,9 @@ type shardLeases struct {
 	down service.Outage
 }
 
-func newShardLeases(st *store.Store, pool *pgxpool.Pool, cfg Config, cb Callbacks, log *slog.Logger, count int) *shardLeases {
+func newShardLeases(st *store.Store, pool *pgxpool.Pool, cfg Config, cb Callbacks, log *slog.Logger, count int, leases *Registry) *shardLeases {
 	return &shardLeases{
-		store: st, pool: pool, cfg: cfg, cb: cb, log: log, count: count,
+		store: st, pool: pool, cfg: cfg, cb: cb, log: log, count: count, leases: leases,
 		members: newMembership(), flight: newFlight(),
 	}
 }
