@@ -296,7 +296,7 @@ func (f *fetcher) headers(r *store.Row) map[string]string {
 // a minute, then at debug level; the first claim that succeeds says how
 // long claims failed.
 func (f *fetcher) logClaimError(ctx context.Context, err error, retryIn time.Duration) {
-	level := f.down.Failed(f.clock.Now(), err)
+	level := f.down.Failed(f.clock.Now(), err, slog.LevelError)
 	attrs := []any{slog.Any("error", err), slog.Duration("retry_in", retryIn)}
 	if IsPoolerError(err) {
 		attrs = append(attrs, slog.String("fix", PoolerFix))

@@ -72,10 +72,8 @@ func (h *heartbeat) beat(ctx context.Context) {
 		}
 	}
 	if err != nil {
-		level := h.down.Failed(h.cfg.Clock.Now(), err)
-		if level == slog.LevelError {
-			level = slog.LevelWarn // a claim failing for the same cause says it louder
-		}
+		// Warn at most: a claim failing for the same cause says it louder.
+		level := h.down.Failed(h.cfg.Clock.Now(), err, slog.LevelWarn)
 		h.log.Log(ctx, level, "heartbeat failed; publishes past their lease will be cancelled", slog.Any("error", err))
 	} else if took, tries, ended := h.down.Recovered(h.cfg.Clock.Now()); ended {
 		h.log.InfoContext(ctx, "heartbeats succeed again", slog.Duration("failing_for", took), slog.Int("failed_heartbeats", tries))

@@ -48,10 +48,8 @@ func (s *shardLeases) keep(ctx context.Context, balance bool) {
 		s.cb.taken()
 	}
 	if err != nil {
-		level := s.down.Failed(s.cfg.Clock.Now(), err)
-		if level == slog.LevelError {
-			level = slog.LevelWarn // a claim failing for the same cause says it louder
-		}
+		// Warn at most: a claim failing for the same cause says it louder.
+		level := s.down.Failed(s.cfg.Clock.Now(), err, slog.LevelWarn)
 		s.log.Log(ctx, level, "shard renewal failed; publishes past their lease will be cancelled", slog.Any("error", err))
 		for _, l := range leases.Overdue() {
 			leases.Cancel(l, ErrLost)

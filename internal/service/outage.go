@@ -21,10 +21,10 @@ type Outage struct {
 }
 
 // Failed records a failure at now and returns the level to log it at:
-// Error for the first failure and for one whose error text differs from
+// loud for the first failure and for one whose error text differs from
 // the last logged, Warn once per OutageReminder while the same error goes
 // on, Debug otherwise.
-func (o *Outage) Failed(now time.Time, err error) slog.Level {
+func (o *Outage) Failed(now time.Time, err error, loud slog.Level) slog.Level {
 	o.tries++
 	text := err.Error()
 	switch {
@@ -33,7 +33,7 @@ func (o *Outage) Failed(now time.Time, err error) slog.Level {
 		fallthrough
 	case text != o.lastErr:
 		o.lastErr, o.lastLog = text, now
-		return slog.LevelError
+		return loud
 	case now.Sub(o.lastLog) >= OutageReminder:
 		o.lastLog = now
 		return slog.LevelWarn

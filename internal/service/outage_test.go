@@ -17,13 +17,13 @@ func TestOutage(t *testing.T) {
 
 	_, _, ended := o.Recovered(at)
 	require.False(t, ended, "no outage to end")
-	require.Equal(t, slog.LevelError, o.Failed(at, refused), "the first failure")
+	require.Equal(t, slog.LevelError, o.Failed(at, refused, slog.LevelError), "the first failure")
 	for i := 1; i < 30; i++ {
-		require.Equal(t, slog.LevelDebug, o.Failed(at.Add(time.Duration(i)*time.Second), refused), "the same failure again")
+		require.Equal(t, slog.LevelDebug, o.Failed(at.Add(time.Duration(i)*time.Second), refused, slog.LevelError), "the same failure again")
 	}
-	require.Equal(t, slog.LevelWarn, o.Failed(at.Add(time.Minute), refused), "a reminder a minute on")
-	require.Equal(t, slog.LevelDebug, o.Failed(at.Add(61*time.Second), refused))
-	require.Equal(t, slog.LevelError, o.Failed(at.Add(62*time.Second), errors.New("permission denied")), "another error")
+	require.Equal(t, slog.LevelWarn, o.Failed(at.Add(time.Minute), refused, slog.LevelError), "a reminder a minute on")
+	require.Equal(t, slog.LevelDebug, o.Failed(at.Add(61*time.Second), refused, slog.LevelError))
+	require.Equal(t, slog.LevelWarn, o.Failed(at.Add(62*time.Second), errors.New("permission denied"), slog.LevelWarn), "another error")
 	since, tries, down := o.Down()
 	require.True(t, down)
 	require.Equal(t, at, since)
@@ -35,5 +35,5 @@ func TestOutage(t *testing.T) {
 	require.Equal(t, 33, tries)
 	_, _, down = o.Down()
 	require.False(t, down)
-	require.Equal(t, slog.LevelError, o.Failed(at.Add(100*time.Second), refused), "a new outage is logged again")
+	require.Equal(t, slog.LevelError, o.Failed(at.Add(100*time.Second), refused, slog.LevelError), "a new outage is logged again")
 }
