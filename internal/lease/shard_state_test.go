@@ -153,33 +153,34 @@ func TestUnitShardRenewalDue(t *testing.T) {
 		Kind: Shards, Owner: "a", Lease: 30 * time.Second, MaxAttempts: 3, PollInterval: time.Second, Window: 10, Clock: clk.now,
 	}, Callbacks{}, nil, 4, nil)
 	ctx := context.Background()
-	due, err := s.due(ctx)
+	due, _, err := s.due(ctx)
 	require.NoError(t, err)
 	require.True(t, due, "never renewed")
 
 	s.renewedAt = clk.now()
-	due, _ = s.due(ctx)
+	due, _, _ = s.due(ctx)
 	require.False(t, due, "just renewed")
 	clk.advance(time.Second)
-	due, _ = s.due(ctx)
+	due, _, _ = s.due(ctx)
 	require.True(t, due, "holding nothing: look every poll interval")
 
 	s.members = heldOf(0, 1, 2, 3)
 	s.renewedAt = clk.now()
 	clk.advance(9 * time.Second)
 	s.lookedAt = clk.now().Add(-time.Second / 2)
-	due, _ = s.due(ctx)
+	due, _, _ = s.due(ctx)
 	require.False(t, due, "looked within the poll interval: nothing to do before the renewal")
 	clk.advance(time.Second)
-	due, _ = s.due(ctx)
+	due, _, _ = s.due(ctx)
 	require.True(t, due, "a third of the lease since the last renewal")
 	require.Equal(t, 10*time.Second, s.RenewEvery())
 	require.Equal(t, time.Second, s.tick(), "the poll interval, shorter than a quarter of the renewal")
 }
 
-// A look finds the balance off when short of the share with shards free,
-// or beyond it with a shard that can be given back.
-func TestUnitBalanceOff(t *testing.T) {
+// A look renews (and so acquires) when short of the share with shards
+// free, and gives back the shards beyond the share that nothing is in
+// flight on when beyond it.
+func TestUnitLook(t *testing.T) {
 	t.Parallel()
 	busyOn := func(shards ...int) flight {
 		f := newFlight()
@@ -205,8 +206,15 @@ func TestUnitBalanceOff(t *testing.T) {
 	}
 	for _, tt := range tests {
 		m, f := heldOf(tt.held...), busyOn(tt.busy...)
-		require.Equal(t, tt.off, balanceOff(&m, &f, tt.count, tt.free, tt.alive), tt.name)
+		renew, extra := look(&m, &f, tt.count, tt.free, tt.alive)
+		require.Equal(t, tt.off, renew || len(extra) > 0, tt.name)
+		require.False(t, renew && len(extra) > 0, tt.name)
 	}
+	m := heldOf(0, 1, 2, 3)
+	f := busyOn(3)
+	renew, extra := look(&m, &f, 4, 0, 2)
+	require.False(t, renew, "beyond its share: no renewal, which would take shards too")
+	require.Equal(t, []store.ShardLease{{Shard: 2, Token: 12}, {Shard: 1, Token: 11}}, extra, "the highest shards with nothing in flight")
 }
 
 // A shard given up for a hung publish leaves membership in the same step

@@ -209,9 +209,15 @@ func (s *shardLeases) Settled(writes []store.RowWrite) {
 // a renewal (the leases then count from its start), gained that shards
 // were taken.
 func (s *shardLeases) maintain(ctx context.Context, balance bool) (renewed, gained bool, err error) {
-	due, err := s.due(ctx)
-	if err != nil || !due {
+	due, extra, err := s.due(ctx)
+	if err != nil {
 		return false, false, err
+	}
+	if len(extra) > 0 && balance {
+		return false, false, s.releaseIdle(ctx, extra)
+	}
+	if !due {
+		return false, false, nil
 	}
 	share, err := s.renew(ctx)
 	if err != nil || !balance {
@@ -246,7 +252,7 @@ func (s *shardLeases) balance(ctx context.Context, share int) (gained bool, err 
 	want := share - len(s.members.held)
 	s.mu.Unlock()
 	if len(extra) > 0 {
-		return false, s.release(ctx, extra)
+		return false, s.releaseIdle(ctx, extra)
 	}
 	if want > 0 {
 		n, err := s.acquire(ctx, want)
@@ -258,10 +264,11 @@ func (s *shardLeases) balance(ctx context.Context, share int) (gained bool, err 
 	return gained, s.requeue(ctx)
 }
 
-// due reports whether the leases are to be renewed and balanced now: a
+// due reports whether the leases are to be renewed and balanced now (a
 // renewal interval since the last renewal, or a poll interval since it
-// last looked and the look finds the balance off (see balanceOff).
-func (s *shardLeases) due(ctx context.Context) (bool, error) {
+// last looked and the look finds it short of its share), or, from that
+// look, the shards to give back at once (see look).
+func (s *shardLeases) due(ctx context.Context) (renew bool, extra []store.ShardLease, err error) {
 	now := s.cfg.Clock.Now()
 	s.mu.Lock()
 	renewed, looked, held := now.Sub(s.renewedAt), now.Sub(s.lookedAt), len(s.members.held)
@@ -269,31 +276,37 @@ func (s *shardLeases) due(ctx context.Context) (bool, error) {
 	poll := s.cfg.PollInterval
 	switch {
 	case renewed >= s.cfg.RenewEvery() || held == 0 && renewed >= poll:
-		return true, nil
+		return true, nil, nil
 	case looked < poll || renewed < poll:
-		return false, nil
+		return false, nil, nil
 	}
 	s.mu.Lock()
 	s.lookedAt = now
 	s.mu.Unlock()
 	free, alive, err := s.store.LookShards(ctx, s.pool, s.cfg.Owner, s.cfg.Lease)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return balanceOff(&s.members, &s.flight, s.count, free, alive), nil
+	renew, extra = look(&s.members, &s.flight, s.count, free, alive)
+	return renew, extra, nil
 }
 
-// balanceOff reports whether a look found this dispatcher's share of the
-// count shards off: short of it with shards free (a dispatcher that
-// stopped released its shards and left), or beyond it with a shard it can
-// give back (it took shards while the others were away, as after an
-// outage, and they are back).
-func balanceOff(m *membership, f *flight, count, free, alive int) bool {
+// look decides what a look at the free shards and the members alive calls
+// for: short of its share with shards free (a dispatcher that stopped
+// released its shards and left), a renewal that acquires them; beyond its
+// share (it took shards while the others were away, as after an outage,
+// and they are back), giving back the shards beyond it with nothing in
+// flight, and nothing more: a release is fenced on the token, while a
+// renewal would also take shards, which waits for the renewal interval.
+func look(m *membership, f *flight, count, free, alive int) (renew bool, extra []store.ShardLease) {
 	share := fairShare(count, alive)
 	held := len(m.held)
-	return held < share && free > 0 || held > share && len(m.extras(share, f.busy())) > 0
+	if held > share {
+		return false, m.extras(share, f.busy())
+	}
+	return held < share && free > 0, nil
 }
 
 // requeue takes over the rows of held shards that row leases left behind.
@@ -358,11 +371,37 @@ func (s *shardLeases) bury(ctx context.Context, a store.AcquiredShard) error {
 	return err
 }
 
+// release gives shards back. They leave membership before the release is
+// sent: once it commits another dispatcher may take them and read their
+// rows, and a read of this one's still under way must then hand none of
+// them over (lease checks membership). If the release fails, a renewal
+// that finds them still held takes them back.
 func (s *shardLeases) release(ctx context.Context, leases []store.ShardLease) error {
-	_, err := s.store.ReleaseShards(ctx, s.pool, s.cfg.Owner, leases)
 	s.mu.Lock()
 	s.members.drop(leases)
 	s.mu.Unlock()
+	_, err := s.store.ReleaseShards(ctx, s.pool, s.cfg.Owner, leases)
+	return err
+}
+
+// releaseIdle gives back, of extras, the shards still held under their
+// token with nothing in flight, checked as they leave membership: a read
+// may have put messages of a shard in flight since extras were chosen.
+func (s *shardLeases) releaseIdle(ctx context.Context, extras []store.ShardLease) error {
+	s.mu.Lock()
+	busy := s.flight.busy()
+	idle := make([]store.ShardLease, 0, len(extras))
+	for _, l := range extras {
+		if !busy[l.Shard] && s.members.holds(l.Shard, l.Token) {
+			idle = append(idle, l)
+		}
+	}
+	s.members.drop(idle)
+	s.mu.Unlock()
+	if len(idle) == 0 {
+		return nil
+	}
+	_, err := s.store.ReleaseShards(ctx, s.pool, s.cfg.Owner, idle)
 	return err
 }
 
