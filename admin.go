@@ -194,7 +194,10 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 
 // DeadMessage is a dead row with its diagnosis.
 type DeadMessage struct {
-	ID            int64           `json:"id"`
+	ID int64 `json:"id"`
+	// UID is the message's identity, the key sinks send it under ("" for
+	// a row from before the uid column, sent under its id).
+	UID           string          `json:"uid"`
 	AggregateType string          `json:"aggregate_type"`
 	AggregateID   string          `json:"aggregate_id"`
 	EventType     string          `json:"event_type"`
@@ -214,7 +217,7 @@ func (a *Admin) DeadList(ctx context.Context, afterID int64, limit int) ([]DeadM
 	out := make([]DeadMessage, len(rows))
 	for i, r := range rows {
 		out[i] = DeadMessage{
-			ID: r.ID, AggregateType: r.AggregateType, AggregateID: r.AggregateID, EventType: r.EventType,
+			ID: r.ID, UID: r.UID, AggregateType: r.AggregateType, AggregateID: r.AggregateID, EventType: r.EventType,
 			Payload: r.Payload, CreatedAt: r.CreatedAt, Attempts: r.Attempts, LeaseVersion: r.LeaseVersion,
 			LastError: r.LastError,
 		}

@@ -11,10 +11,11 @@ import (
 	"github.com/outboxd/outbox/internal/store"
 )
 
-// MinServerVersion is the oldest PostgreSQL the migrations and statements
-// run on, as server_version_num: 11, for CREATE TRIGGER ... EXECUTE
-// FUNCTION (identity columns need 10, SKIP LOCKED and ON CONFLICT 9.5).
-const MinServerVersion = 110000
+// MinServerVersion is the oldest PostgreSQL supported, as
+// server_version_num: 15, the oldest release the PostgreSQL project still
+// supports (the statements need 13, for gen_random_uuid()). Migrate and
+// config check --connect refuse an older server.
+const MinServerVersion = store.MinServerVersion
 
 // AccessOpts says what a dispatcher will do, which decides the privileges
 // it needs. A nil *AccessOpts means the defaults of `outboxd run`.

@@ -83,14 +83,15 @@ type Config struct {
 	// metrics). Defaults to none.
 	Hook Hook
 
-	// IDNamespace, when set, qualifies the message id every sink sends
-	// ([Message.IDString]): "orders" sends "orders:42" where the bare id 42
+	// IDNamespace, when set, qualifies the identity every sink sends
+	// ([Message.IDString]): "orders" sends "orders:UID" where the bare UID
 	// would go (Idempotency-Key, ce-id, webhook-id, Nats-Msg-Id, each
-	// broker's message id). Give each outbox table that feeds one receiver
-	// its own namespace, and a new one when a table's identity restarts;
-	// changing it on a live table makes receivers see every message not yet
-	// delivered as new. At most 64 characters of A-Z, a-z, 0-9, '.', '_'
-	// and '-'. Defaults to "" (the bare id).
+	// broker's message id). The uid is unique across tables already; a
+	// namespace tells receivers which table a message came from, and keeps
+	// apart rows from before the uid column, which are sent under their
+	// numeric id. Changing it on a live table makes receivers see every
+	// message not yet delivered as new. At most 64 characters of A-Z, a-z,
+	// 0-9, '.', '_' and '-'. Defaults to "" (the bare identity).
 	IDNamespace string
 
 	// Lease is how long a claim owns a row. A row still processing after its

@@ -37,6 +37,10 @@ type MessageDetail struct {
 	Headers map[string]string
 	// LeaseVersion is the fencing token: it grows by one at every claim.
 	LeaseVersion int64
+	// UID is the message's identity (the uid column), which sinks send as
+	// its id; "" for a row inserted before the column was added, which is
+	// sent under its numeric id.
+	UID string
 }
 
 // Page is one keyset page: rows with id < After when Desc (newest first),
@@ -219,7 +223,7 @@ func (a *Admin) Message(ctx context.Context, id int64) (*MessageDetail, error) {
 		return nil, fmt.Errorf("outbox: message %d: %w", id, err)
 	}
 	return &MessageDetail{MessageSummary: MessageSummary(d.Summary), Payload: d.Payload,
-		Headers: d.Headers, LeaseVersion: d.LeaseVersion}, nil
+		Headers: d.Headers, LeaseVersion: d.LeaseVersion, UID: d.UID}, nil
 }
 
 // CheckFilter has the database parse f's paths, so a bad one is one

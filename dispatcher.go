@@ -281,7 +281,7 @@ func (d *Dispatcher) buried(ctx context.Context, id, token int64) *Message {
 	m := &Message{ID: id, IDNamespace: d.cfg.IDNamespace, FencingToken: token}
 	if det, err := d.store.Message(ctx, d.pool, id); err == nil {
 		m.AggregateType, m.AggregateID, m.EventType = det.AggregateType, det.AggregateID, det.EventType
-		m.Payload, m.CreatedAt, m.Attempt, m.Headers = det.Payload, det.CreatedAt, det.Attempts, det.Headers
+		m.Payload, m.CreatedAt, m.Attempt, m.Headers, m.UID = det.Payload, det.CreatedAt, det.Attempts, det.Headers, det.UID
 	}
 	return m
 }

@@ -169,7 +169,7 @@ func (f *fetcher) emit(rows []store.Row, start, dbNow time.Time) {
 		r := &rows[i]
 		claims[i] = claimed{
 			msg: Message{
-				ID: r.ID, IDNamespace: f.cfg.idNamespace, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
+				ID: r.ID, UID: r.UID, IDNamespace: f.cfg.idNamespace, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
 				EventType: r.EventType, Payload: r.Payload, CreatedAt: r.CreatedAt,
 				Attempt: r.Attempts, FencingToken: r.LeaseVersion, Headers: f.headers(r),
 			},

@@ -8,12 +8,21 @@ import (
 
 // Message is one claimed outbox row as a [Sink] sees it.
 //
-// ID is the row's primary key. It never changes across retries; in the
-// form [Message.IDString] gives (with the dispatcher's IDNamespace, if any)
-// it is the key downstream systems deduplicate on: every sink passes it on.
+// UID is the message's identity: in the form [Message.IDString] gives
+// (with the dispatcher's IDNamespace, if any) it is the key downstream
+// systems deduplicate on, and every sink passes it on. ID is the row's
+// primary key, the order the table keeps; it is not an identity, since a
+// failover to a standby that lacked the newest rows, a point-in-time
+// restore or a sequence reset gives the ids of messages already delivered
+// to new ones.
 type Message struct {
 	// ID is the outbox row id.
 	ID int64
+	// UID is the row's uid column, a UUID the database gives each row at
+	// insert (or the producer's own, if it sets the column), in its
+	// canonical text form. It is "" for a row inserted before migration
+	// 006 added the column: such a row keeps its numeric id as identity.
+	UID string
 	// IDNamespace is the dispatcher's [Config.IDNamespace] ("" for none):
 	// it qualifies the id sinks send, so receivers fed by several tables, or
 	// by one table after its identity restarted, tell messages apart.
@@ -41,15 +50,20 @@ type Message struct {
 	Headers map[string]string
 }
 
-// IDString returns the message id as every sink sends it (Idempotency-Key,
-// ce-id, webhook-id, Outbox-Id, each broker's message id): ID in decimal,
-// prefixed with "NAMESPACE:" when the dispatcher has an IDNamespace
-// ("orders:42").
+// IDString returns the message's identity as every sink sends it
+// (Idempotency-Key, ce-id, webhook-id, Outbox-Id, each broker's message
+// id): UID, or ID in decimal for a row without one, prefixed with
+// "NAMESPACE:" when the dispatcher has an IDNamespace
+// ("orders:0b9d6c1e-4f7a-4c35-9a53-8f0c2f1d7e21").
 func (m *Message) IDString() string {
-	if m.IDNamespace != "" {
-		return m.IDNamespace + ":" + strconv.FormatInt(m.ID, 10)
+	id := m.UID
+	if id == "" {
+		id = strconv.FormatInt(m.ID, 10)
 	}
-	return strconv.FormatInt(m.ID, 10)
+	if m.IDNamespace != "" {
+		return m.IDNamespace + ":" + id
+	}
+	return id
 }
 
 // Replay returns the name of the replay delivering this message again

@@ -4,6 +4,7 @@ package chaos
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -42,8 +43,11 @@ func (h *history) commit(id int64, agg string) {
 }
 
 func (h *history) row(id int64, status string, version int64, agg string) {
-	h.rows[id] = rowState{status: status, version: version, agg: agg}
+	h.rows[id] = rowState{status: status, version: version, agg: agg, uid: uidOf(id)}
 }
+
+// uidOf is the identity the history's row id carries.
+func uidOf(id int64) string { return fmt.Sprintf("uid-%d", id) }
 
 func (h *history) claim(id, version int64, owner string, ms int) {
 	h.seq++
@@ -74,7 +78,7 @@ func (h *history) deliver(id, token int64, owner, answer string, ms int) {
 		rec = r
 	}
 	body, _ := json.Marshal(payloadDoc{Producer: 0, N: id, Agg: rec.Agg, Blob: "b", Sum: payloadSum(0, id, rec.Agg, "b")})
-	d := delivery{Group: "h", Path: owner, ID: id, Token: token, Received: h.at(ms), Answer: answer,
+	d := delivery{Group: "h", Path: owner, ID: id, Key: uidOf(id), Token: token, Received: h.at(ms), Answer: answer,
 		Agg: rec.Agg, EventType: "E", body: body}
 	if answer == answerOK {
 		d.Acked = h.at(ms + 1)
@@ -110,6 +114,25 @@ func TestCheckerDetects(t *testing.T) {
 		c := h.check()
 		require.Zero(t, c.Lost+c.Phantom+c.FalseDone+c.Stuck+c.StaleFinalize+c.OrderingViolations+c.UnexplainedDuplicates+c.Corrupted+c.AuditAnomalies+c.FalselyDead, "%+v", c)
 		require.Equal(t, 2, c.DeliveredUnique)
+	})
+	t.Run("SharedIdentity", func(t *testing.T) {
+		t.Parallel()
+		h := newHistory(false)
+		h.delivered(1, "a", "w0-0", 0)
+		h.delivered(2, "b", "w0-0", 100)
+		h.rows[2] = rowState{status: "done", version: 1, agg: "b", uid: uidOf(1)}
+		h.dels[1].Key = uidOf(1)
+		c := h.check()
+		require.Equal(t, 1, c.SharedIdentities, "%+v", c)
+		require.Zero(t, c.Corrupted, "the key is the row's uid: only its reuse is wrong")
+	})
+	t.Run("KeyIsNotTheRowsUID", func(t *testing.T) {
+		t.Parallel()
+		h := newHistory(false)
+		h.delivered(1, "a", "w0-0", 0)
+		h.dels[0].Key = "1"
+		c := h.check()
+		require.Equal(t, 1, c.Corrupted, "%+v", c)
 	})
 	t.Run("Lost", func(t *testing.T) {
 		t.Parallel()

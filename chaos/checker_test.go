@@ -36,6 +36,9 @@ type counts struct {
 	SearchPathCaptures    int `json:"search_path_captures"`
 	OrderedProbeLate      int `json:"ordered_probe_late"`
 	AuthHealLate          int `json:"auth_heal_late"`
+	// SharedIdentities counts deliveries sent under a key another
+	// message was sent under.
+	SharedIdentities int `json:"shared_identities"`
 
 	// Reported only.
 	Duplicates        int            `json:"duplicates"`
@@ -75,6 +78,7 @@ func (c *counts) add(o *counts) {
 	c.OrderingViolations += o.OrderingViolations
 	c.UnexplainedDuplicates += o.UnexplainedDuplicates
 	c.Corrupted += o.Corrupted
+	c.SharedIdentities += o.SharedIdentities
 	c.AuditAnomalies += o.AuditAnomalies
 	c.FalselyDead += o.FalselyDead
 	c.ProducerRejected += o.ProducerRejected
@@ -156,7 +160,7 @@ func (r *report) failures() []string {
 		{"audit_anomalies", r.AuditAnomalies}, {"falsely_dead", r.FalselyDead},
 		{"producer_rejected", r.ProducerRejected}, {"search_path_captures", r.SearchPathCaptures},
 		{"ordered_probe_late", r.OrderedProbeLate}, {"auth_heal_late", r.AuthHealLate},
-		{"migrate_failures", r.MigrateFailures},
+		{"migrate_failures", r.MigrateFailures}, {"shared_identities", r.SharedIdentities},
 	} {
 		if f.n != 0 {
 			out = append(out, fmt.Sprintf("%s=%d", f.name, f.n))
@@ -170,7 +174,8 @@ type rowState struct {
 	version   int64
 	agg       string
 	lastError string
-	shard     int // shard mode only
+	shard     int    // shard mode only
+	uid       string // the identity sinks send
 }
 
 type auditRec struct {
@@ -262,7 +267,7 @@ func (r *run) loadRows(ctx context.Context, g *group) (map[int64]rowState, error
 	if r.cfg.leaseMode == leaseShard {
 		shard = "coalesce(shard, -1)"
 	}
-	rows, err := r.env.admin.Query(ctx, `SELECT id, status, lease_version, aggregate_id, coalesce(last_error, ''), `+shard+` FROM `+g.table)
+	rows, err := r.env.admin.Query(ctx, `SELECT id, status, lease_version, aggregate_id, coalesce(last_error, ''), `+shard+`, coalesce(uid::text, '') FROM `+g.table)
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +276,7 @@ func (r *run) loadRows(ctx context.Context, g *group) (map[int64]rowState, error
 	for rows.Next() {
 		var id int64
 		var s rowState
-		if err := rows.Scan(&id, &s.status, &s.version, &s.agg, &s.lastError, &s.shard); err != nil {
+		if err := rows.Scan(&id, &s.status, &s.version, &s.agg, &s.lastError, &s.shard, &s.uid); err != nil {
 			return nil, err
 		}
 		out[id] = s
@@ -336,12 +341,25 @@ func checkGroup(g *group, rows map[int64]rowState, audit []auditRec, dels []deli
 	// Content: every delivery must carry exactly what was committed under
 	// its id.
 	byID := map[int64][]delivery{}
+	keyOwner := map[string]int64{}
 	for _, d := range dels {
 		byID[d.ID] = append(byID[d.ID], d)
 		rec, known := led.lookup(d.ID)
-		if why := corruption(d, rec, known); why != "" {
+		why := corruption(d, rec, known)
+		if row, ok := rows[d.ID]; why == "" && ok && d.Key != row.uid {
+			why = fmt.Sprintf("sent under identity %q, the row's uid is %q", d.Key, row.uid)
+		}
+		if why != "" {
 			c.Corrupted++
 			c.example("corrupted", "id %d token %d: %s", d.ID, d.Token, why)
+		}
+		// Identity: receivers deduplicate on the key, so two messages
+		// under one key is a message silently dropped.
+		if other, seen := keyOwner[d.Key]; seen && other != d.ID {
+			c.SharedIdentities++
+			c.example("shared_identities", "ids %d and %d both sent under %q", other, d.ID, d.Key)
+		} else if !seen {
+			keyOwner[d.Key] = d.ID
 		}
 	}
 	c.DeliveredUnique = len(byID)

@@ -139,14 +139,15 @@ func (n *natsRecorder) delivery(m *jetstream.RawStreamMsg) delivery {
 		}
 		return v
 	}
-	id, _ := strconv.ParseInt(m.Header.Get(jetstream.MsgIDHeader), 10, 64)
-	if oid := m.Header.Get("Outbox-Id"); oid != strconv.FormatInt(id, 10) {
+	id, _ := strconv.ParseInt(m.Header.Get("Outbox-Row-Id"), 10, 64)
+	key := m.Header.Get(jetstream.MsgIDHeader)
+	if oid := m.Header.Get("Outbox-Id"); oid != key {
 		// Corrupted metadata must not pass as a clean delivery.
 		id = -1
 	}
 	token, _ := strconv.ParseInt(m.Header.Get("Outbox-Fencing-Token"), 10, 64)
 	attempt, _ := strconv.Atoi(m.Header.Get("Outbox-Attempt"))
-	return delivery{Seq: int64(m.Sequence), Group: group, ID: id, Token: token, Attempt: attempt,
+	return delivery{Seq: int64(m.Sequence), Group: group, ID: id, Key: key, Token: token, Attempt: attempt,
 		Received: m.Time, Acked: m.Time, Answer: answerOK,
 		Agg: dec("Outbox-Aggregate-Id"), EventType: dec("Outbox-Event-Type"), body: m.Data}
 }

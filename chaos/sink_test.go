@@ -28,10 +28,12 @@ const (
 // delivery is one request the sink processed (accepted the message). A
 // request the sink refused (5xx, 429, 425) is not a delivery.
 type delivery struct {
-	Seq      int64     `json:"seq"`
-	Group    string    `json:"group"`
-	Path     string    `json:"path_owner"` // owner named in the URL path
-	ID       int64     `json:"id"`
+	Seq   int64  `json:"seq"`
+	Group string `json:"group"`
+	Path  string `json:"path_owner"` // owner named in the URL path
+	ID    int64  `json:"id"`
+	// Key is the identity the sink sent (Idempotency-Key, Nats-Msg-Id).
+	Key      string    `json:"key"`
 	Token    int64     `json:"token"`
 	Attempt  int       `json:"attempt"`
 	Received time.Time `json:"received"`
@@ -190,7 +192,8 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if err != nil {
 		return // the client went away mid-request: nothing was processed
 	}
-	id, _ := strconv.ParseInt(req.Header.Get("Idempotency-Key"), 10, 64)
+	id, _ := strconv.ParseInt(req.Header.Get("Outbox-Row-Id"), 10, 64)
+	key := req.Header.Get("Idempotency-Key")
 	token, _ := strconv.ParseInt(req.Header.Get("Outbox-Fencing-Token"), 10, 64)
 	attempt, _ := strconv.Atoi(req.Header.Get("Outbox-Attempt"))
 	agg, eventType := req.Header.Get("Ce-Subject"), req.Header.Get("Ce-Type")
@@ -259,7 +262,7 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 
-	d := delivery{Group: group, Path: owner, ID: id, Token: token, Attempt: attempt, Received: time.Now(),
+	d := delivery{Group: group, Path: owner, ID: id, Key: key, Token: token, Attempt: attempt, Received: time.Now(),
 		Agg: agg, EventType: eventType, body: body}
 	switch {
 	case hang:

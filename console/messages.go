@@ -31,9 +31,12 @@ type MessageView struct {
 // MessageDetailView is one message with its payload, headers and fencing token.
 type MessageDetailView struct {
 	MessageView
-	LeaseVersion int64             `json:"lease_version"`
-	Payload      json.RawMessage   `json:"payload"`
-	Headers      map[string]string `json:"headers"`
+	LeaseVersion int64 `json:"lease_version"`
+	// UID is the message's identity, which sinks send as its id; "" for a
+	// row from before the uid column, sent under its numeric id.
+	UID     string            `json:"uid"`
+	Payload json.RawMessage   `json:"payload"`
+	Headers map[string]string `json:"headers"`
 }
 
 // CountView is a match count; capped means "at least N". Partial means
@@ -215,7 +218,7 @@ func (s *Server) detail(r *http.Request, t *table) (*MessageDetailView, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &MessageDetailView{MessageView: messageView(m.MessageSummary), LeaseVersion: m.LeaseVersion, Payload: m.Payload, Headers: m.Headers}, nil
+	return &MessageDetailView{MessageView: messageView(m.MessageSummary), LeaseVersion: m.LeaseVersion, UID: m.UID, Payload: m.Payload, Headers: m.Headers}, nil
 }
 
 func (s *Server) apiMessage(w http.ResponseWriter, r *http.Request, _ principal) {

@@ -15,7 +15,7 @@
 // systems that cannot commit together.
 //
 // The receiver can close the gap, because its effect and its memory of the
-// message can commit together. Every delivery carries the outbox id as its
+// message can commit together. Every delivery carries the message's identity as its
 // deduplication key (the Idempotency-Key header of a webhook, Nats-Msg-Id
 // on NATS, a message id or header elsewhere). [Inbox.Apply] inserts
 // (consumer, message id) into the inbox table inside the consumer's own
@@ -24,15 +24,19 @@
 //
 //	at-least-once delivery + inbox = effectively once
 //
-// # Several tables, or an identity that restarted
+// # Which key
 //
-// The bare id is unique only within one outbox table, and only while its
-// identity never restarts. A receiver fed by two tables, or by one table
-// recreated or restored with a reset sequence, would drop real messages as
-// duplicates. Give each table its own namespace (outboxd run --id-namespace
-// orders, or Config.IDNamespace): every sink then sends "orders:42" where it
-// sent "42", and the inbox, which keys on the text it is given, keeps the
-// two apart. Record under the key exactly as the sink sent it.
+// The identity sinks send is the row's uid, a random UUID the database
+// gives each message at insert, not its numeric id: after a failover to a
+// standby that lacked the newest rows, a point-in-time restore or a
+// sequence reset, an outbox table gives the ids of messages already
+// delivered to new ones, and an inbox keyed on them would drop the new
+// messages as duplicates. Rows inserted before the uid column are sent
+// under their decimal id; with several tables feeding one inbox and such
+// rows still undelivered, give each table its own namespace (outboxd run
+// --id-namespace orders, or Config.IDNamespace), so "orders:42" and
+// "payments:42" stay apart. Record under the key exactly as the sink sent
+// it.
 //
 // # Concurrency
 //

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -74,6 +73,8 @@ func TestDispatcherCarriesTheTraceToTheWebhook(t *testing.T) {
 		Payload: map[string]int{"total": 10}, Headers: headers,
 	})
 	require.NoError(t, err)
+	var uid string
+	require.NoError(t, tx.QueryRow(ctx, "SELECT uid::text FROM "+table+" WHERE id = $1", ids[0]).Scan(&uid))
 	require.NoError(t, tx.Commit(ctx))
 	producer.End()
 
@@ -116,7 +117,8 @@ func TestDispatcherCarriesTheTraceToTheWebhook(t *testing.T) {
 		require.Equal(t, producer.SpanContext().SpanID(), send.Parent().SpanID())
 		a := attrs(send)
 		require.Equal(t, attribute.StringValue("webhook"), a["messaging.system"])
-		require.Equal(t, attribute.StringValue(strconv.FormatInt(ids[0], 10)), a["messaging.message.id"])
+		require.Equal(t, attribute.StringValue(uid), a["messaging.message.id"], "the message's identity")
+		require.Equal(t, attribute.Int64Value(ids[0]), a["outbox.row_id"])
 		require.Positive(t, a["outbox.fencing_token"].AsInt64())
 
 		// What the receiver saw continues the trace under this attempt's span.
@@ -125,7 +127,7 @@ func TestDispatcherCarriesTheTraceToTheWebhook(t *testing.T) {
 		require.Equal(t, producer.SpanContext().TraceID(), sc.TraceID())
 		require.Equal(t, send.SpanContext().SpanID(), sc.SpanID())
 		require.Equal(t, "c-42", req.Get("X-Correlation-Id"))
-		require.Equal(t, strconv.FormatInt(ids[0], 10), req.Get("Idempotency-Key"))
+		require.Equal(t, uid, req.Get("Idempotency-Key"))
 	}
 	first, second := spans[spanByAttempt[1]], spans[spanByAttempt[2]]
 	require.Equal(t, codes.Error, first.Status().Code)

@@ -26,6 +26,9 @@ const (
 	AttrAggregateID   = attribute.Key("outbox.aggregate_id")
 	AttrAttempt       = attribute.Key("outbox.attempt")
 	AttrFencingToken  = attribute.Key("outbox.fencing_token")
+	// AttrRowID is the row's id in the outbox table; messaging.message.id
+	// is the message's identity.
+	AttrRowID = attribute.Key("outbox.row_id")
 )
 
 // Values of error.type on a failed send span: how the dispatcher treats the
@@ -182,6 +185,7 @@ func (s *tracedSink) spanStart(msg *outbox.Message) (string, []attribute.KeyValu
 		AttrAggregateID.String(msg.AggregateID),
 		AttrAttempt.Int(msg.Attempt),
 		AttrFencingToken.Int64(msg.FencingToken),
+		AttrRowID.Int64(msg.ID),
 	)
 	if dest != "" {
 		name += " " + dest

@@ -140,6 +140,7 @@ func TestWrapSinkContinuesTheProducersTrace(t *testing.T) {
 		Destination:    func(m *outbox.Message) string { return "shop." + m.AggregateType },
 	})
 	msg := testMessage(7, headers)
+	msg.UID = "0b9d6c1e-4f7a-4c35-9a53-8f0c2f1d7e21"
 
 	require.NoError(t, s.Publish(context.Background(), msg))
 
@@ -156,9 +157,10 @@ func TestWrapSinkContinuesTheProducersTrace(t *testing.T) {
 		"messaging.system":            attribute.StringValue("kafka"),
 		"messaging.operation.type":    attribute.StringValue("send"),
 		"messaging.operation.name":    attribute.StringValue("send"),
-		"messaging.message.id":        attribute.StringValue("7"),
+		"messaging.message.id":        attribute.StringValue("0b9d6c1e-4f7a-4c35-9a53-8f0c2f1d7e21"),
 		"messaging.message.body.size": attribute.IntValue(len(msg.Payload)),
 		"messaging.destination.name":  attribute.StringValue("shop.order"),
+		"outbox.row_id":               attribute.Int64Value(7),
 		"outbox.event_type":           attribute.StringValue("OrderCreated"),
 		"outbox.aggregate_type":       attribute.StringValue("order"),
 		"outbox.aggregate_id":         attribute.StringValue("42"),

@@ -113,7 +113,9 @@ func TestReadmeTutorial(t *testing.T) {
 	p := posts[0]
 	require.JSONEq(t, `{"order_id": 42, "amount": 1999}`, p.body)
 	require.Equal(t, `{"amount": 1999, "order_id": 42}`, p.body, "the README shows the body as it arrives")
-	require.Equal(t, "1", p.header.Get("Idempotency-Key"))
+	require.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, p.header.Get("Idempotency-Key"),
+		"the identity is a UUID, as the README shows")
+	require.Equal(t, "1", p.header.Get("Outbox-Row-Id"))
 	require.Equal(t, "OrderPaid", p.header.Get("ce-type"))
 	require.Equal(t, "42", p.header.Get("ce-subject"))
 	readme, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))

@@ -16,7 +16,7 @@ import (
 )
 
 // Headers outboxd's NATS sink sets. Nats-Msg-Id, JetStream's own
-// deduplication key, holds the outbox id; Outbox-Id repeats it, and is the
+// deduplication key, holds the message's identity; Outbox-Id repeats it, and is the
 // key for a publisher that sets no Nats-Msg-Id.
 const (
 	headerMsgID       = "Nats-Msg-Id"
@@ -161,7 +161,7 @@ func (c *Consumer) Apply(ctx context.Context, msg jetstream.Msg) (applied bool, 
 	return applied, nil
 }
 
-// messageID is the outbox id of msg: JetStream's dedupe id, or the
+// messageID is the identity of msg: JetStream's dedupe id, or the
 // Outbox-Id header when the publisher set no dedupe id.
 func messageID(msg jetstream.Msg) string {
 	h := msg.Headers()

@@ -63,7 +63,7 @@ func (rc *Receiver) Setup(ctx context.Context) error {
 
 // event is what the receiver takes from one delivery.
 type event struct {
-	id      string // Idempotency-Key: the outbox id
+	id      string // Idempotency-Key: the message's identity
 	typ     string // ce-type: the outbox event_type
 	subject string // ce-subject: the outbox aggregate_id, here the order
 	payload []byte

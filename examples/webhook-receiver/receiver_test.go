@@ -81,7 +81,9 @@ func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // outboxTable migrates an outbox table in the test's schema and enqueues n
 // order events in one producer transaction.
-func (b *testBundle) outboxTable(t *testing.T, n int) (table string, ids []int64) {
+// outboxTable migrates an outbox table and enqueues n messages, returning
+// their identities (what the sink sends as Idempotency-Key).
+func (b *testBundle) outboxTable(t *testing.T, n int) (table string, keys []string) {
 	t.Helper()
 	table = b.schema + ".outbox"
 	admin, err := outbox.NewAdmin(b.pool, table)
@@ -96,10 +98,18 @@ func (b *testBundle) outboxTable(t *testing.T, n int) (table string, ids []int64
 		}
 	}
 	require.NoError(t, pgx.BeginFunc(t.Context(), b.pool, func(tx pgx.Tx) error {
-		ids, err = outbox.Producer{Table: table}.Enqueue(t.Context(), tx, msgs...)
+		ids, err := outbox.Producer{Table: table}.Enqueue(t.Context(), tx, msgs...)
+		if err != nil {
+			return err
+		}
+		rows, err := tx.Query(t.Context(), "SELECT uid::text FROM "+pgx.Identifier{b.schema, "outbox"}.Sanitize()+" WHERE id = ANY($1)", ids)
+		if err != nil {
+			return err
+		}
+		keys, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
 	}))
-	return table, ids
+	return table, keys
 }
 
 // drain runs one dispatcher over table until nothing is left to deliver.
@@ -153,10 +163,10 @@ func (b *testBundle) requireStatus(t *testing.T, table string, done int64) {
 	require.Equal(t, map[string]int64{"pending": 0, "processing": 0, "done": done, "dead": 0}, st.Counts)
 }
 
-func each(ids []int64, n int) map[string]int {
-	out := make(map[string]int, len(ids))
-	for _, id := range ids {
-		out[fmt.Sprint(id)] = n
+func each(keys []string, n int) map[string]int {
+	out := make(map[string]int, len(keys))
+	for _, k := range keys {
+		out[k] = n
 	}
 	return out
 }

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,8 +19,7 @@ import (
 )
 
 // arrivals records when a local webhook receiver first got each message,
-// keyed by the row id in the Idempotency-Key the HTTP sink sends (after the
-// "NAMESPACE:" an IDNamespace puts before it).
+// keyed by the row id the HTTP sink sends in Outbox-Row-Id.
 type arrivals struct {
 	mu   sync.Mutex
 	at   map[int64]time.Time
@@ -30,10 +28,9 @@ type arrivals struct {
 
 func (a *arrivals) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
-	key := r.Header.Get("Idempotency-Key")
-	id, err := strconv.ParseInt(key[strings.LastIndexByte(key, ':')+1:], 10, 64)
+	id, err := strconv.ParseInt(r.Header.Get("Outbox-Row-Id"), 10, 64)
 	if err != nil {
-		http.Error(w, "no numeric Idempotency-Key", http.StatusUnprocessableEntity)
+		http.Error(w, "no numeric Outbox-Row-Id", http.StatusUnprocessableEntity)
 		return
 	}
 	a.mu.Lock()

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -47,7 +46,7 @@ var brokerMessages = []struct{ aggregateType, aggregateID, eventType, payload st
 
 // sent is one enqueued message as the table holds it.
 type sent struct {
-	id                                    string
+	id                                    string // the message's identity: its uid
 	aggregateType, aggregateID, eventType string
 	enqueued                              string // the --payload given
 	stored                                string // payload::text, what a sink must send byte for byte
@@ -61,10 +60,10 @@ func enqueueBrokerMessages(t *testing.T, c *cli) []sent {
 		r := c.ok(t, "enqueue", "--table", c.table, "--aggregate-type", m.aggregateType,
 			"--aggregate-id", m.aggregateID, "--event-type", m.eventType, "--payload", m.payload)
 		require.Regexp(t, idLine, r.stdout)
-		s := sent{id: strings.TrimSpace(r.stdout), aggregateType: m.aggregateType, aggregateID: m.aggregateID,
+		s := sent{aggregateType: m.aggregateType, aggregateID: m.aggregateID,
 			eventType: m.eventType, enqueued: m.payload}
 		require.NoError(t, testdb.Pool(t).QueryRow(context.Background(),
-			"SELECT payload::text FROM "+c.quoted()+" WHERE id = $1", s.id).Scan(&s.stored))
+			"SELECT uid::text, payload::text FROM "+c.quoted()+" WHERE id = $1", strings.TrimSpace(r.stdout)).Scan(&s.id, &s.stored))
 		out = append(out, s)
 	}
 	return out
@@ -274,7 +273,7 @@ func testRunToRabbitMQUnroutable(t *testing.T, bin string) {
 	require.Len(t, list, len(msgs))
 	var ids []string
 	for _, m := range list {
-		ids = append(ids, strconv.FormatInt(int64Of(t, m["id"]), 10))
+		ids = append(ids, stringOf(t, m["uid"]))
 		lastError := stringOf(t, m["last_error"])
 		require.Contains(t, lastError, "returned", "last_error must say the broker returned the message")
 		require.Contains(t, lastError, key, "last_error must name the routing key")

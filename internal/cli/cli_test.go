@@ -222,6 +222,15 @@ func (c *cli) exec(t *testing.T, sql string, args ...any) {
 	require.NoError(t, err)
 }
 
+// uid reads the identity of the row with id.
+func (c *cli) uid(t *testing.T, id int64) string {
+	t.Helper()
+	var uid string
+	require.NoError(t, testdb.Pool(t).QueryRow(context.Background(),
+		"SELECT uid::text FROM "+c.quoted()+" WHERE id = $1", id).Scan(&uid))
+	return uid
+}
+
 func (c *cli) count(t *testing.T, where string) int {
 	t.Helper()
 	var n int
@@ -409,6 +418,9 @@ func testMigrate(t *testing.T, bin string) {
 		{"done_at", "timestamp with time zone", "", "YES"},
 		// Added by migration 002: producer headers (trace context).
 		{"headers", "jsonb", "", "YES"},
+		// Added by migration 006: each message's identity. Nullable: rows
+		// from before it have none.
+		{"uid", "uuid", "", "YES"},
 	}, got)
 	defaults := map[string]string{}
 	for _, col := range cols {
@@ -418,6 +430,7 @@ func testMigrate(t *testing.T, bin string) {
 	require.Equal(t, "0", defaults["attempts"])
 	require.Equal(t, "0", defaults["lease_version"])
 	require.Equal(t, "now()", defaults["created_at"])
+	require.Equal(t, "gen_random_uuid()", defaults["uid"])
 
 	var checks []string
 	rows, err = pool.Query(ctx, `SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'c'`, c.quoted())
@@ -572,7 +585,7 @@ func testRunDrainHTTP(t *testing.T, bin string) {
 		if user, pass, ok := r.BasicAuth(); !ok || user != "hook" || pass != secret {
 			badAuth++
 		}
-		key := r.Header.Get("Idempotency-Key")
+		key := r.Header.Get("Outbox-Row-Id")
 		received[key] = append(received[key], string(body))
 		if strings.Contains(string(body), "reject") {
 			http.Error(w, "unprocessable", http.StatusBadRequest)
@@ -593,7 +606,7 @@ func testRunDrainHTTP(t *testing.T, bin string) {
 	require.Zero(t, badAuth, "the sink URL's credentials go out as basic auth")
 	require.Len(t, received, len(payloads)+1)
 	for id, p := range payloads {
-		require.Len(t, received[id], 1, "one request with Idempotency-Key %s", id)
+		require.Len(t, received[id], 1, "one request for row %s", id)
 		require.JSONEq(t, p, received[id][0])
 	}
 	require.Equal(t, len(payloads), c.count(t, "status = 'done'"))
@@ -771,8 +784,9 @@ func testDead(t *testing.T, bin string) {
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &list), "%s", r)
 	require.Len(t, list, 3)
 	for i, m := range list {
-		require.Equal(t, []string{"aggregate_id", "aggregate_type", "attempts", "created_at", "event_type", "id", "last_error", "lease_version", "payload"}, keys(m))
+		require.Equal(t, []string{"aggregate_id", "aggregate_type", "attempts", "created_at", "event_type", "id", "last_error", "lease_version", "payload", "uid"}, keys(m))
 		require.Equal(t, ids[i], int64Of(t, m["id"]))
+		require.Equal(t, c.uid(t, ids[i]), stringOf(t, m["uid"]))
 		require.Equal(t, "order", stringOf(t, m["aggregate_type"]))
 		require.Equal(t, fmt.Sprintf("agg-%d", i), stringOf(t, m["aggregate_id"]))
 		require.Equal(t, "OrderCreated", stringOf(t, m["event_type"]))
@@ -1223,7 +1237,7 @@ func testRunIDNamespace(t *testing.T, bin string) {
 	t.Cleanup(srv.Close)
 
 	c.ok(t, "run", "--drain", "--sink", srv.URL, "--table", c.table, "--id-namespace", "orders")
-	want := fmt.Sprintf("orders:%d", id)
+	want := "orders:" + c.uid(t, id)
 	require.Equal(t, want+" "+want, <-keys)
 
 	r := c.run(t, "run", "--drain", "--sink", srv.URL, "--table", c.table, "--id-namespace", "orders:eu")

@@ -33,7 +33,8 @@ func databaseChecks(ctx context.Context, e *env, s *runSetup) []checkLine {
 	lines := []checkLine{db(sinkutil.Passed("reachable", version))}
 	if acc.ServerVersion < outbox.MinServerVersion {
 		return append(lines, db(sinkutil.Failed("server version supported",
-			fmt.Errorf("PostgreSQL %d is older than 11", acc.ServerVersion/10000), "upgrade the server to PostgreSQL 11 or later")))
+			fmt.Errorf("PostgreSQL %d is older than %d", acc.ServerVersion/10000, outbox.MinServerVersion/10000),
+			fmt.Sprintf("upgrade the server to PostgreSQL %d or later", outbox.MinServerVersion/10000))))
 	}
 	migrate := "run `outboxd migrate` with the same --dsn and --table (or --config), as a role that may create tables"
 	switch {

@@ -83,7 +83,7 @@ func (s *Store) DeadList(ctx context.Context, db DB, afterID int64, limit int) (
 		var d DeadRow
 		var payload string
 		err := row.Scan(&d.ID, &d.AggregateType, &d.AggregateID, &d.EventType, &payload,
-			&d.CreatedAt, &d.Attempts, &d.LeaseVersion, &d.LastError)
+			&d.CreatedAt, &d.Attempts, &d.LeaseVersion, &d.LastError, &d.UID)
 		d.Payload = []byte(payload)
 		return d, err
 	})

@@ -29,6 +29,8 @@ type Detail struct {
 	Payload      json.RawMessage
 	Headers      map[string]string
 	LeaseVersion int64
+	// UID is the message's identity ("" for a row from before it had one).
+	UID string
 }
 
 // Page is one keyset page request.
@@ -161,8 +163,8 @@ func (s *Store) Count(ctx context.Context, db DB, f Filter, limit int64) (int64,
 func (s *Store) Message(ctx context.Context, db DB, id int64) (*Detail, error) {
 	var d Detail
 	var payload string
-	var headers *string
-	dest := append(summaryDest(&d.Summary), &payload, &headers, &d.LeaseVersion)
+	var headers, uid *string
+	dest := append(summaryDest(&d.Summary), &payload, &headers, &d.LeaseVersion, &uid)
 	err := db.QueryRow(ctx, s.console.message, id).Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
@@ -171,6 +173,9 @@ func (s *Store) Message(ctx context.Context, db DB, id int64) (*Detail, error) {
 		return nil, translate(err)
 	}
 	d.Payload = json.RawMessage(payload)
+	if uid != nil {
+		d.UID = *uid
+	}
 	d.Headers = map[string]string{}
 	if headers != nil {
 		// JSON null reads as nil; what is not an object stays empty.

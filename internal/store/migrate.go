@@ -77,6 +77,9 @@ func (s *Store) MigrateWith(ctx context.Context, db MigrateDB, o MigrateOptions)
 		return MigrateResult{}, translate(err)
 	}
 	defer release()
+	if err := checkServerVersion(ctx, conn); err != nil {
+		return MigrateResult{}, err
+	}
 	q, err := s.migrationTarget(ctx, conn)
 	if err != nil {
 		return MigrateResult{}, err
@@ -102,6 +105,29 @@ func (s *Store) MigrateWith(ctx context.Context, db MigrateDB, o MigrateOptions)
 		log.Info("migrate: table is current", slog.Int("steps_applied", len(p.result().Steps)))
 	}
 	return p.result(), nil
+}
+
+// MinServerVersion is the oldest PostgreSQL supported, as
+// server_version_num: 15, the oldest release its project still supports.
+// The statements need 13 (gen_random_uuid() for the uid column, 11 for
+// CREATE TRIGGER ... EXECUTE FUNCTION); the suite runs against 15.
+const MinServerVersion = 150000
+
+// ErrServerTooOld reports a PostgreSQL older than MinServerVersion.
+var ErrServerTooOld = errors.New("PostgreSQL is older than 15, the oldest supported release")
+
+// checkServerVersion refuses a server older than MinServerVersion before
+// migrate changes anything, rather than failing halfway on a function it
+// lacks.
+func checkServerVersion(ctx context.Context, conn DB) error {
+	var v int
+	if err := conn.QueryRow(ctx, rawSQL("sql/server_version.sql")).Scan(&v); err != nil {
+		return translate(err)
+	}
+	if v < MinServerVersion {
+		return fmt.Errorf("%w (the server is %d.%d): upgrade it", ErrServerTooOld, v/10000, v%10000)
+	}
+	return nil
 }
 
 // dedicated returns one connection for the whole run: the advisory lock is

@@ -70,7 +70,8 @@ func TestMigrateDryRun(t *testing.T) {
 		require.Equal(t, []string{"001_create: schema", "001_create: table", "001_create: ready index",
 			"001_create: leased index", "001_create: aggregate index", "001_create: waiters table",
 			"001_create: wake function", "001_create: wake trigger", "002_headers: headers column",
-			"003_console: dead index", "003_console: audit table", "004_retention: done index"}, res.Steps)
+			"003_console: dead index", "003_console: audit table", "004_retention: done index",
+			"006_uid: uid column"}, res.Steps)
 		require.True(t, strings.HasPrefix(res.SQL, "BEGIN;\nSET LOCAL lock_timeout = '2000ms';\n"), res.SQL)
 		require.Contains(t, res.SQL, `CREATE SCHEMA IF NOT EXISTS "`+schema+`";`)
 		require.Contains(t, res.SQL, `CREATE TABLE IF NOT EXISTS "`+schema+`"."outbox" (`)
@@ -105,6 +106,29 @@ func TestMigrateDryRun(t *testing.T) {
 		res, err = b.st.MigrateWith(t.Context(), b.pool, store.MigrateOptions{DryRun: true})
 		require.NoError(t, err)
 		require.Empty(t, res.Steps)
+	})
+	t.Run("TableWithoutUID", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.exec(t, `ALTER TABLE {{table}} DROP COLUMN uid`)
+		b.exec(t, `INSERT INTO {{table}} (aggregate_type, aggregate_id, event_type, payload) VALUES ('o', 'a', 'E', '{}')`)
+		_, err := b.st.Resolve(t.Context(), b.pool)
+		require.ErrorIs(t, err, store.ErrTableOutdated, "a dispatcher refuses a table without uid")
+		var before, after uint32
+		require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT pg_relation_filenode($1::regclass)`, b.st.QuotedTable()).Scan(&before))
+
+		res, err := b.st.MigrateWith(t.Context(), b.pool, store.MigrateOptions{})
+		require.NoError(t, err)
+		require.Equal(t, []string{"006_uid: uid column"}, res.Steps)
+		require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT pg_relation_filenode($1::regclass)`, b.st.QuotedTable()).Scan(&after))
+		require.Equal(t, before, after, "adding the column rewrites nothing")
+		b.exec(t, `INSERT INTO {{table}} (aggregate_type, aggregate_id, event_type, payload) VALUES ('o', 'a', 'E', '{}')`)
+		var withUID, without int
+		require.NoError(t, b.pool.QueryRow(t.Context(),
+			`SELECT count(uid), count(*) - count(uid) FROM `+b.st.QuotedTable()).Scan(&withUID, &without))
+		require.Equal(t, []int{1, 1}, []int{withUID, without}, "the row from before keeps no uid; a new one gets one")
+		_, err = b.st.Resolve(t.Context(), b.pool)
+		require.NoError(t, err)
 	})
 	t.Run("OutdatedTable", func(t *testing.T) {
 		t.Parallel()

@@ -27,14 +27,15 @@ func (s *Store) ReadShards(ctx context.Context, db DB, owner string, held []Shar
 	for rows.Next() {
 		var r Row
 		var payload string
-		var headers *string
+		var headers, uid *string
 		if err := rows.Scan(&r.ID, &r.AggregateType, &r.AggregateID, &r.EventType, &payload,
-			&r.CreatedAt, &r.Attempts, &headers, &r.Shard, &now); err != nil {
+			&r.CreatedAt, &r.Attempts, &headers, &uid, &r.Shard, &now); err != nil {
 			return nil, time.Time{}, translate(err)
 		}
 		r.Attempts++
 		r.Payload = []byte(payload)
 		r.setHeaders(headers)
+		r.setUID(uid)
 		out = append(out, r)
 	}
 	return out, now, translate(rows.Err())

@@ -198,6 +198,15 @@ type Row struct {
 	// Shard is the row's shard under shard leases (ReadShards), whose
 	// token is then LeaseVersion; 0 otherwise.
 	Shard int
+	// UID is the row's uid column, the message's identity, in its text
+	// form; "" for a row inserted before the column was added.
+	UID string
+}
+
+func (r *Row) setUID(text *string) {
+	if text != nil {
+		r.UID = *text
+	}
 }
 
 // setHeaders decodes a claimed row's headers column (nil for SQL NULL).
@@ -245,13 +254,14 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams, buf []Row) ([]R
 	for rows.Next() {
 		var r Row
 		var payload string
-		var headers *string
+		var headers, uid *string
 		if err := rows.Scan(&r.ID, &r.AggregateType, &r.AggregateID, &r.EventType, &payload,
-			&r.CreatedAt, &r.Attempts, &r.LeaseVersion, &headers, &now); err != nil {
+			&r.CreatedAt, &r.Attempts, &r.LeaseVersion, &headers, &uid, &now); err != nil {
 			return nil, time.Time{}, translate(err)
 		}
 		r.Payload = []byte(payload)
 		r.setHeaders(headers)
+		r.setUID(uid)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -320,10 +330,10 @@ func (s *Store) claimOrderedOnce(ctx context.Context, db DB, p ClaimParams, curs
 			createdAt                                   *time.Time
 			attempts                                    *int
 			version                                     *int64
-			headers                                     *string
+			headers, uid                                *string
 		)
 		if err := rows.Scan(&id, &aggregateType, &aggregateID, &eventType, &body,
-			&createdAt, &attempts, &version, &headers, &now, &next); err != nil {
+			&createdAt, &attempts, &version, &headers, &uid, &now, &next); err != nil {
 			return nil, time.Time{}, nil, translate(err)
 		}
 		if id == nil {
@@ -332,6 +342,7 @@ func (s *Store) claimOrderedOnce(ctx context.Context, db DB, p ClaimParams, curs
 		r := Row{ID: *id, AggregateType: *aggregateType, AggregateID: *aggregateID, EventType: *eventType,
 			Payload: []byte(*body), CreatedAt: *createdAt, Attempts: *attempts, LeaseVersion: *version}
 		r.setHeaders(headers)
+		r.setUID(uid)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {

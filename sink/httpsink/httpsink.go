@@ -248,6 +248,7 @@ func (s *Sink) Publish(ctx context.Context, msg *outbox.Message) error {
 	h.Set("Ce-Source", sinkutil.PercentEncodeHeader(msg.AggregateType))
 	h.Set("Ce-Subject", sinkutil.PercentEncodeHeader(msg.AggregateID))
 	h.Set("Ce-Time", msg.CreatedAt.UTC().Format(time.RFC3339Nano))
+	h.Set("Outbox-Row-Id", strconv.FormatInt(msg.ID, 10))
 	h.Set("Outbox-Fencing-Token", strconv.FormatInt(msg.FencingToken, 10))
 	h.Set("Outbox-Attempt", strconv.Itoa(msg.Attempt))
 	if r := msg.Replay(); r != "" {

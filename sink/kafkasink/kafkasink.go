@@ -8,7 +8,7 @@
 // broker's produce acknowledgement or the end of its context, so many
 // publishes are in flight at once and the client batches them per partition.
 //
-// Every record carries the outbox id in its Outbox-Id header and the other
+// Every record carries the message's identity in its Outbox-Id header and the other
 // metadata of [sinkutil.Reserved.Headers] as headers; the value is the payload byte
 // for byte. Kafka has no broker-side deduplication slot for an application
 // id, so receivers deduplicate on Outbox-Id.

@@ -73,6 +73,7 @@ func TestRecordCarriesKeyHeadersAndPayload(t *testing.T) {
 	require.Equal(t, string(m.Payload), string(got[0].Payload))
 	require.Equal(t, map[string]string{
 		sinkutil.HeaderID:            m.IDString(),
+		sinkutil.HeaderRowID:         strconv.FormatInt(m.ID, 10),
 		sinkutil.HeaderEventType:     "OrderCreated",
 		sinkutil.HeaderAggregateType: "order",
 		sinkutil.HeaderAggregateID:   "order-7",

@@ -2,13 +2,13 @@
 // message, into a stream whose key is a template over the message
 // ({aggregate_type}, {event_type}, {aggregate_id}).
 //
-// Each entry carries the fields id (the outbox id, the downstream dedupe
+// Each entry carries the fields id (the message's identity, the downstream dedupe
 // key), event_type, aggregate_type, aggregate_id, fencing_token, attempt,
 // created_at (RFC 3339, UTC) and payload (the JSON bytes as stored).
 //
 // Deduplication: Redis 8.6 added an idempotent producer to XADD (IDMP
 // producer-id idempotent-id). When the server has it, the sink sends the
-// outbox id as the idempotent id, so a re-publish of a message whose first
+// message's identity as the idempotent id, so a re-publish of a message whose first
 // XADD reply was lost adds nothing. Older servers (and forks without it)
 // reject the option; the sink then falls back to a plain XADD, and a
 // re-publish adds a second entry with the same id field, which consumers
@@ -251,6 +251,7 @@ func (s *Sink) xadd(ctx context.Context, key string, msg *outbox.Message) error 
 		Stream: key,
 		Values: []any{
 			"id", msg.IDString(),
+			"row_id", strconv.FormatInt(msg.ID, 10),
 			"event_type", msg.EventType,
 			"aggregate_type", msg.AggregateType,
 			"aggregate_id", msg.AggregateID,

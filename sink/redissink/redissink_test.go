@@ -118,6 +118,7 @@ func TestEntryFields(t *testing.T) {
 	require.Len(t, entries, 1)
 	require.Equal(t, map[string]any{
 		"id":             m.IDString(),
+		"row_id":         strconv.FormatInt(m.ID, 10),
 		"event_type":     "OrderCreated",
 		"aggregate_type": "order",
 		"aggregate_id":   "Agg 1",

@@ -61,7 +61,7 @@ func CredentialHeals(t *testing.T, c Credential) {
 	require.NoError(t, d.Start(context.Background()))
 	t.Cleanup(func() { require.NoError(t, d.Stop()) })
 
-	ids := enqueueFive(t, pool, table)
+	keys := enqueueFive(t, pool, table)
 	select {
 	case ev := <-paused.ch:
 		require.True(t, ev.Paused)
@@ -87,8 +87,8 @@ func CredentialHeals(t *testing.T, c Credential) {
 	for _, r := range got {
 		seen[r.ID] = true
 	}
-	for _, id := range ids {
-		require.True(t, seen[strconv.FormatInt(id, 10)], "message %d was not delivered after the credential healed (got %d)", id, len(got))
+	for _, key := range keys {
+		require.True(t, seen[key], "message %s was not delivered after the credential healed (got %d)", key, len(got))
 	}
 	require.Eventually(t, func() bool { return countStatus(t, pool, table, "done") == credentialMessages },
 		10*time.Second, 10*time.Millisecond, "the delivered messages were not finalized")
@@ -98,7 +98,7 @@ func CredentialHeals(t *testing.T, c Credential) {
 
 func enqueueFive(t *testing.T, pool interface {
 	Begin(context.Context) (pgx.Tx, error)
-}, table string) []int64 {
+}, table string) []string {
 	t.Helper()
 	tx, err := pool.Begin(t.Context())
 	require.NoError(t, err)
@@ -109,8 +109,14 @@ func enqueueFive(t *testing.T, pool interface {
 	}
 	ids, err := outbox.Producer{Table: table}.Enqueue(t.Context(), tx, msgs...)
 	require.NoError(t, err)
+	// The keys the sinks send: each row's identity.
+	rows, err := tx.Query(t.Context(), "SELECT uid::text FROM "+table+" WHERE id = ANY($1) ORDER BY id", ids)
+	require.NoError(t, err)
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Len(t, keys, len(ids))
 	require.NoError(t, tx.Commit(t.Context()))
-	return ids
+	return keys
 }
 
 func countStatus(t *testing.T, pool interface {

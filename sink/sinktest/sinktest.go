@@ -11,6 +11,8 @@ package sinktest
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -28,7 +30,8 @@ import (
 // Received is one message as it arrived at the destination, normalised by
 // the harness.
 type Received struct {
-	// ID is the outbox id as the destination carries it (the dedupe key).
+	// ID is the message's identity as the destination carries it (the
+	// dedupe key).
 	ID string
 	// Payload is the body exactly as received.
 	Payload []byte
@@ -77,6 +80,7 @@ func NewMessage(aggregateID string) *outbox.Message {
 	id := nextID.Add(1)
 	return &outbox.Message{
 		ID:            id,
+		UID:           newUID(),
 		AggregateType: "order",
 		AggregateID:   aggregateID,
 		EventType:     "OrderCreated",
@@ -85,6 +89,17 @@ func NewMessage(aggregateID string) *outbox.Message {
 		Attempt:       2,
 		FencingToken:  7,
 	}
+}
+
+// newUID is a random (version 4) UUID in canonical form, as the uid
+// column's gen_random_uuid() gives.
+func newUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	x := hex.EncodeToString(b[:])
+	return x[:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:]
 }
 
 // Run runs the conformance suite.
@@ -96,6 +111,7 @@ func Run(t *testing.T, h Harness) {
 	su := suite{h: h}
 	t.Run("DeliversIDMetadataAndPayload", su.deliversIDMetadataAndPayload)
 	t.Run("NamespacedID", su.namespacedID)
+	t.Run("RowWithoutUIDSendsItsID", su.rowWithoutUID)
 	t.Run("ConcurrentPublishes", su.concurrentPublishes)
 	t.Run("CancelledContextIsRetryable", su.cancelledContextIsRetryable)
 	t.Run("BrokerDownIsRetryableThenRecovers", su.brokerDownIsRetryableThenRecovers)
@@ -123,7 +139,7 @@ func (su suite) deliversIDMetadataAndPayload(t *testing.T) {
 	require.NoError(t, s.Publish(t.Context(), m))
 	got := r.Receive(t, 1, 10*time.Second)
 	require.Len(t, got, 1)
-	require.Equal(t, m.IDString(), got[0].ID)
+	require.Equal(t, m.UID, got[0].ID, "the identity, not the row id")
 	require.Equal(t, string(m.Payload), string(got[0].Payload), "payload must pass byte for byte")
 	require.Equal(t, map[string]string{
 		"event_type":     m.EventType,
@@ -136,7 +152,7 @@ func (su suite) deliversIDMetadataAndPayload(t *testing.T) {
 
 func (su suite) namespacedID(t *testing.T) {
 	// With Config.IDNamespace the id the destination carries (the
-	// dedupe key) is "NAMESPACE:ID", not the bare row id.
+	// dedupe key) is "NAMESPACE:UID", not the bare identity.
 	t.Parallel()
 	s, r, _ := su.setup(t)
 	m := NewMessage("agg-ns")
@@ -144,7 +160,20 @@ func (su suite) namespacedID(t *testing.T) {
 	require.NoError(t, s.Publish(t.Context(), m))
 	got := r.Receive(t, 1, 10*time.Second)
 	require.Len(t, got, 1)
-	require.Equal(t, "orders:"+strconv.FormatInt(m.ID, 10), got[0].ID)
+	require.Equal(t, "orders:"+m.UID, got[0].ID)
+}
+
+func (su suite) rowWithoutUID(t *testing.T) {
+	// A row inserted before the uid column has none: it goes out under
+	// its decimal id, the identity it was first delivered under.
+	t.Parallel()
+	s, r, _ := su.setup(t)
+	m := NewMessage("agg-old")
+	m.UID = ""
+	require.NoError(t, s.Publish(t.Context(), m))
+	got := r.Receive(t, 1, 10*time.Second)
+	require.Len(t, got, 1)
+	require.Equal(t, strconv.FormatInt(m.ID, 10), got[0].ID)
 }
 
 func (su suite) concurrentPublishes(t *testing.T) {

@@ -14,7 +14,13 @@ import (
 // all of them; the id also goes in the broker's own message-id slot where
 // there is one (Nats-Msg-Id, AMQP message_id).
 const (
-	HeaderID            = "Outbox-Id"
+	// HeaderID is the message's identity (outbox.Message.IDString), the key
+	// to deduplicate on.
+	HeaderID = "Outbox-Id"
+	// HeaderRowID is the row's id in the outbox table, to find it there
+	// (outboxd's console, the admin API). It is not an identity: a failover
+	// or a sequence reset can give it to another message.
+	HeaderRowID         = "Outbox-Row-Id"
 	HeaderEventType     = "Outbox-Event-Type"
 	HeaderAggregateType = "Outbox-Aggregate-Type"
 	HeaderAggregateID   = "Outbox-Aggregate-Id"
@@ -32,6 +38,7 @@ type Header struct{ Key, Value string }
 func ownHeaders(m *outbox.Message) []Header {
 	hs := []Header{
 		{HeaderID, m.IDString()},
+		{HeaderRowID, strconv.FormatInt(m.ID, 10)},
 		{HeaderEventType, m.EventType},
 		{HeaderAggregateType, m.AggregateType},
 		{HeaderAggregateID, m.AggregateID},

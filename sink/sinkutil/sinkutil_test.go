@@ -40,14 +40,15 @@ func TestTemplate(t *testing.T) {
 
 func TestHeadersPassProducerHeaders(t *testing.T) {
 	t.Parallel()
-	m := &outbox.Message{ID: 7, EventType: "E", Headers: map[string]string{
+	m := &outbox.Message{ID: 7, UID: "0b9d6c1e-4f7a-4c35-9a53-8f0c2f1d7e21", EventType: "E", Headers: map[string]string{
 		"traceparent": "00-abc-def-01", "x-b": "2", "OUTBOX-ID": "forged", "Nats-Msg-Id": "forged", "": "x",
 	}}
 	hs := sinkutil.Reserved{Prefixes: []string{"Nats-"}}.Headers(m)
-	require.Equal(t, sinkutil.Header{Key: sinkutil.HeaderID, Value: "7"}, hs[0])
-	require.Equal(t, []sinkutil.Header{{Key: "traceparent", Value: "00-abc-def-01"}, {Key: "x-b", Value: "2"}}, hs[7:],
+	require.Equal(t, sinkutil.Header{Key: sinkutil.HeaderID, Value: "0b9d6c1e-4f7a-4c35-9a53-8f0c2f1d7e21"}, hs[0], "the identity, not the row id")
+	require.Equal(t, sinkutil.Header{Key: sinkutil.HeaderRowID, Value: "7"}, hs[1])
+	require.Equal(t, []sinkutil.Header{{Key: "traceparent", Value: "00-abc-def-01"}, {Key: "x-b", Value: "2"}}, hs[8:],
 		"producer headers follow the sink's own, sorted, and never replace them")
-	require.Len(t, sinkutil.Reserved{}.Headers(&outbox.Message{}), 7)
+	require.Len(t, sinkutil.Reserved{}.Headers(&outbox.Message{}), 8)
 }
 
 func TestHeadersReserveOnlyTheCallersPrefixes(t *testing.T) {
@@ -56,11 +57,11 @@ func TestHeadersReserveOnlyTheCallersPrefixes(t *testing.T) {
 		"Nats-Trace": "t", "nats-msg-id": "n", "outbox-attempt": "forged", "Kafka-X": "k",
 	}}
 	require.Equal(t, []sinkutil.Header{{Key: "Kafka-X", Value: "k"}, {Key: "Nats-Trace", Value: "t"}, {Key: "nats-msg-id", Value: "n"}},
-		sinkutil.Reserved{}.Headers(m)[7:], "with no reserved prefixes only Outbox-* is the sink's own")
-	require.Equal(t, []sinkutil.Header{{Key: "Kafka-X", Value: "k"}}, sinkutil.Reserved{Prefixes: []string{"Nats-"}}.Headers(m)[7:],
+		sinkutil.Reserved{}.Headers(m)[8:], "with no reserved prefixes only Outbox-* is the sink's own")
+	require.Equal(t, []sinkutil.Header{{Key: "Kafka-X", Value: "k"}}, sinkutil.Reserved{Prefixes: []string{"Nats-"}}.Headers(m)[8:],
 		"a reserved prefix matches in any case")
 	require.Equal(t, []sinkutil.Header{{Key: "Nats-Trace", Value: "t"}, {Key: "nats-msg-id", Value: "n"}},
-		sinkutil.Reserved{Prefixes: []string{"kafka-", ""}}.Headers(m)[7:], "an empty prefix reserves nothing more")
+		sinkutil.Reserved{Prefixes: []string{"kafka-", ""}}.Headers(m)[8:], "an empty prefix reserves nothing more")
 }
 
 func TestScrub(t *testing.T) {
@@ -111,7 +112,7 @@ func TestHeadersMarkAReplay(t *testing.T) {
 	t.Parallel()
 	m := &outbox.Message{ID: 7, Headers: map[string]string{outbox.ReplayHeader: "fix-1", "traceparent": "00-1"}}
 	hs := sinkutil.Reserved{}.Headers(m)
-	require.Equal(t, []sinkutil.Header{{Key: sinkutil.HeaderReplay, Value: "fix-1"}, {Key: "traceparent", Value: "00-1"}}, hs[7:],
+	require.Equal(t, []sinkutil.Header{{Key: sinkutil.HeaderReplay, Value: "fix-1"}, {Key: "traceparent", Value: "00-1"}}, hs[8:],
 		"the replay marker follows the sink's own headers, once")
 	require.Equal(t, "7/replay/fix-1", m.DedupeKey())
 	require.Equal(t, "7", (&outbox.Message{ID: 7}).DedupeKey())

@@ -4,8 +4,11 @@
 //
 // A line looks like
 //
-//	{"id":1,"aggregate_type":"order","aggregate_id":"42","event_type":"OrderCreated","created_at":"2024-03-01T10:00:00.123456Z","attempt":1,"fencing_token":1,"payload":{"total": 10}}
+//	{"id":1,"key":"0b9d6c1e-4f7a-4c35-9a53-8f0c2f1d7e21","aggregate_type":"order","aggregate_id":"42","event_type":"OrderCreated","created_at":"2024-03-01T10:00:00.123456Z","attempt":1,"fencing_token":1,"payload":{"total": 10}}
 //
+// where id is the row id and key the message's identity, the key to
+// deduplicate on ([outbox.Message.IDString]; left out for a row from before
+// the uid column that is sent under its id alone).
 // with the payload embedded as it is stored, not re-encoded. A message with
 // producer headers ([outbox.Message.Headers]) also has a "headers" object,
 // keys sorted, just before the payload:
@@ -46,9 +49,9 @@ func New(w io.Writer) *Sink { return &Sink{w: w} }
 // json.RawMessage.
 type line struct {
 	ID int64 `json:"id"`
-	// Key is the id as the other sinks send it ("orders:42") when the
-	// dispatcher has an IDNamespace; left out otherwise, so lines keep
-	// their shape.
+	// Key is the identity as the other sinks send it (the uid, qualified
+	// as "orders:UID" with an IDNamespace); left out when that is the bare
+	// id (a row from before the uid column, no namespace).
 	Key           string `json:"key,omitempty"`
 	AggregateType string `json:"aggregate_type"`
 	AggregateID   string `json:"aggregate_id"`
@@ -138,9 +141,9 @@ func (s *Sink) Close() error {
 	return nil
 }
 
-// key is the namespaced id, or "" when the message has no namespace.
+// key is the identity sinks send, or "" when that is the bare id.
 func key(msg *outbox.Message) string {
-	if msg.IDNamespace == "" {
+	if msg.UID == "" && msg.IDNamespace == "" {
 		return ""
 	}
 	return msg.IDString()

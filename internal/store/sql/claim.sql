@@ -30,4 +30,4 @@ SET status = 'processing',
 -- against the CTEs is planned as a hash join over the whole table.
 WHERE o.id = ANY (ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM ready))
 RETURNING o.id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload::text,
-          o.created_at, o.attempts, o.lease_version, o.headers::text, now()
+          o.created_at, o.attempts, o.lease_version, o.headers::text, o.uid::text, now()

@@ -60,10 +60,10 @@ claimed AS (
         attempts = o.attempts + 1
     WHERE o.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING o.id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload::text,
-              o.created_at, o.attempts, o.lease_version, o.headers::text
+              o.created_at, o.attempts, o.lease_version, o.headers::text, o.uid::text
 )
 SELECT c.id, c.aggregate_type, c.aggregate_id, c.event_type, c.payload,
-       c.created_at, c.attempts, c.lease_version, c.headers, now(),
+       c.created_at, c.attempts, c.lease_version, c.headers, c.uid, now(),
        -- Stopped for the batch or the visit limit: resume after the last
        -- aggregate seen. Ran out of aggregates: the next sweep starts over.
        (SELECT CASE WHEN l.found >= $2 OR l.n >= $8 THEN l.aggregate_id END FROM last AS l)

@@ -17,7 +17,7 @@
 -- served by a primary-key walk through every done row. Ordered by shard
 -- and id, only the shard index (shard, id) WHERE pending serves it.
 SELECT o.id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload::text,
-       o.created_at, o.attempts, o.headers::text, o.shard, now()
+       o.created_at, o.attempts, o.headers::text, o.uid::text, o.shard, now()
 FROM unnest($1::integer[], $4::bigint[]) AS s(shard, token)
 JOIN {{shards}} AS h ON h.shard = s.shard AND h.token = s.token AND h.owner = $5 AND h.lease_until > now(),
      LATERAL (SELECT * FROM {{table}} AS o

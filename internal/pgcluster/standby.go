@@ -1,0 +1,163 @@
+package pgcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// StandbyOptions configures StartStandby. The zero value is valid.
+type StandbyOptions struct {
+	// Synchronous makes the primary wait, for every commit, until the
+	// standby has written it (synchronous_standby_names = '*' on the
+	// primary, reloaded): a commit acknowledged by the primary survives
+	// its loss. Default: asynchronous streaming, as after pg_basebackup -R,
+	// where the last commits of a primary that dies can be missing on the
+	// standby.
+	Synchronous bool
+}
+
+// StartStandby creates a streaming standby of c, which must be running:
+// pg_basebackup -R from c into a new temporary directory, started on a
+// port of its own with c's settings. It returns once the standby accepts
+// (read-only) connections and streams from c. Stop the standby as any
+// cluster; Promote makes it a primary.
+func (c *Cluster) StartStandby(ctx context.Context, opts *StandbyOptions) (*Cluster, error) {
+	if opts == nil {
+		opts = &StandbyOptions{}
+	}
+	c.mu.Lock()
+	removed := c.removed
+	c.mu.Unlock()
+	if removed {
+		return nil, errors.New("pgcluster: cluster was stopped and removed")
+	}
+	base, err := os.MkdirTemp("", "pgcluster-standby-")
+	if err != nil {
+		return nil, fmt.Errorf("pgcluster: create temp dir: %w", err)
+	}
+	s := &Cluster{
+		DataDir:   filepath.Join(base, "data"),
+		User:      c.User,
+		BinDir:    c.BinDir,
+		SocketDir: base,
+		LogFile:   filepath.Join(base, "postgres.log"),
+		baseDir:   base,
+		cred:      c.cred,
+		logf:      c.logf,
+		async:     c.async,
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.mu.Lock()
+			_ = s.destroyLocked(context.WithoutCancel(ctx))
+			s.mu.Unlock()
+		}
+	}()
+	if err := os.Chmod(base, 0o755); err != nil {
+		return nil, fmt.Errorf("pgcluster: chmod %s: %w", base, err)
+	}
+	if s.cred != nil {
+		if err := os.Chown(base, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
+			return nil, fmt.Errorf("pgcluster: chown %s to %s: %w", base, s.User, err)
+		}
+	}
+
+	s.logf("pgcluster: pg_basebackup of port %d into %s", c.Port, s.DataDir)
+	out, err := s.run(ctx, "pg_basebackup", "-D", s.DataDir, "-h", "127.0.0.1", "-p", strconv.Itoa(c.Port),
+		"-U", c.User, "-R", "-X", "stream", "-c", "fast", "--no-sync")
+	if err != nil {
+		return nil, fmt.Errorf("pgcluster: pg_basebackup: %w\n%s", err, tail(out, logTailLines))
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	s.setPort(port)
+	// The copy holds the primary's settings file, port and socket
+	// directory included: write the standby's own.
+	if err := s.writeConf(); err != nil {
+		return nil, err
+	}
+	if err := s.startLocked(ctx, "start"); err != nil {
+		return nil, err
+	}
+	state := "async"
+	if opts.Synchronous {
+		// Set after the copy, so the standby, once promoted, does not wait
+		// for a synchronous standby of its own.
+		state = "sync"
+		if err := c.exec(ctx, "ALTER SYSTEM SET synchronous_standby_names = '*'", "SELECT pg_reload_conf()"); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.waitStreaming(ctx, c, state); err != nil {
+		return nil, err
+	}
+	ok = true
+	s.logf("pgcluster: standby of port %d started on 127.0.0.1:%d", c.Port, s.Port)
+	return s, nil
+}
+
+// Promote ends recovery on a standby (pg_ctl promote -w): it becomes a
+// primary that accepts writes.
+func (c *Cluster) Promote(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.removed {
+		return errors.New("pgcluster: cluster was stopped and removed")
+	}
+	c.logf("pgcluster: promoting server on port %d", c.Port)
+	out, err := c.run(ctx, "pg_ctl", "promote", "-D", c.DataDir, "-w", "-t", strconv.Itoa(pgCtlTimeoutSec))
+	if err != nil {
+		return fmt.Errorf("pgcluster: pg_ctl promote (port %d): %w: %s", c.Port, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// waitStreaming waits until primary lists a streaming replication
+// connection in sync state state ("async" or "sync").
+func (c *Cluster) waitStreaming(ctx context.Context, primary *Cluster, state string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		conn, err := pgconn.Connect(ctx, primary.DSN)
+		if err == nil {
+			res := conn.ExecParams(ctx, "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming' AND sync_state = $1",
+				[][]byte{[]byte(state)}, nil, nil, nil).Read()
+			_ = conn.Close(ctx)
+			if res.Err == nil && len(res.Rows) == 1 && string(res.Rows[0][0]) != "0" {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pgcluster: standby on port %d does not stream from port %d: %w\nstandby log tail:\n%s",
+				c.Port, primary.Port, ctx.Err(), c.LogTail(logTailLines))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// exec runs statements on the server, one at a time.
+func (c *Cluster) exec(ctx context.Context, stmts ...string) error {
+	conn, err := pgconn.Connect(ctx, c.DSN)
+	if err != nil {
+		return fmt.Errorf("pgcluster: connect to port %d: %w", c.Port, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck // a close error changes nothing here
+	for _, q := range stmts {
+		if _, err := conn.Exec(ctx, q).ReadAll(); err != nil {
+			return fmt.Errorf("pgcluster: %s on port %d: %w", q, c.Port, err)
+		}
+	}
+	return nil
+}
