@@ -470,6 +470,9 @@ max_connections = 200
 fsync = off
 full_page_writes = off
 synchronous_commit = %s
+# A standby waiting for WAL from a dead primary sleeps this long between
+# attempts, and a promotion waits out the sleep (5s by default).
+wal_retrieve_retry_interval = '100ms'
 `, c.Port, strings.ReplaceAll(c.SocketDir, "'", "''"), syncCommit)
 	path := filepath.Join(c.DataDir, confName)
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {

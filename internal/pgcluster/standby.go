@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -121,6 +122,52 @@ func (c *Cluster) Promote(ctx context.Context) error {
 		return fmt.Errorf("pgcluster: pg_ctl promote (port %d): %w: %s", c.Port, err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// HoldReplication stops the primary's WAL senders (SIGSTOP) until resume
+// is called: what the primary commits meanwhile does not reach its
+// standbys, as with a standby that lags, and dies with the primary if it
+// is killed meanwhile. (Stopping the standby's receiver instead would not
+// do: what the kernel had already received reaches it once it continues.)
+// Under synchronous replication the primary's commits wait meanwhile.
+func (c *Cluster) HoldReplication(ctx context.Context) (resume func() error, err error) {
+	conn, err := pgconn.Connect(ctx, c.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("pgcluster: connect to port %d: %w", c.Port, err)
+	}
+	res := conn.ExecParams(ctx, "SELECT pid FROM pg_stat_replication", nil, nil, nil, nil).Read()
+	_ = conn.Close(ctx)
+	if res.Err != nil {
+		return nil, fmt.Errorf("pgcluster: WAL senders on port %d: %w", c.Port, res.Err)
+	}
+	if len(res.Rows) == 0 {
+		return nil, fmt.Errorf("pgcluster: no WAL sender on port %d", c.Port)
+	}
+	var pids []int
+	for _, row := range res.Rows {
+		pid, err := strconv.Atoi(string(row[0]))
+		if err != nil {
+			return nil, fmt.Errorf("pgcluster: WAL sender pid %q: %w", row[0], err)
+		}
+		pids = append(pids, pid)
+	}
+	c.logf("pgcluster: holding replication from port %d (WAL senders %v stopped)", c.Port, pids)
+	resume = func() error {
+		c.logf("pgcluster: resuming replication from port %d", c.Port)
+		var errs []error
+		for _, pid := range pids {
+			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil && !errors.Is(err, syscall.ESRCH) {
+				errs = append(errs, fmt.Errorf("pgcluster: continue WAL sender %d: %w", pid, err))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			return nil, errors.Join(fmt.Errorf("pgcluster: stop WAL sender %d: %w", pid, err), resume())
+		}
+	}
+	return resume, nil
 }
 
 // waitStreaming waits until primary lists a streaming replication

@@ -62,3 +62,35 @@ func TestStandbyPromote(t *testing.T) {
 		})
 	}
 }
+
+// While replication is held, the standby receives nothing the primary
+// commits; once resumed it catches up.
+func TestHoldReplication(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p, err := Start(ctx, &Options{Logf: t.Logf})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Stop(context.Background()) })
+	s, err := p.StartStandby(ctx, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+
+	resume, err := p.HoldReplication(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = resume() }) // a stopped process would hold up the primary's stop
+	pc := connect(ctx, t, p)
+	_, err = pc.Exec(ctx, "CREATE TABLE held (id int)")
+	require.NoError(t, err)
+	var committed string
+	require.NoError(t, pc.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&committed))
+	behind := func() bool {
+		var b bool
+		require.NoError(t, connect(ctx, t, s).QueryRow(ctx,
+			"SELECT coalesce(pg_last_wal_receive_lsn() < $1::pg_lsn, true)", committed).Scan(&b))
+		return b
+	}
+	require.True(t, behind(), "the standby received WAL while replication was held")
+	require.NoError(t, resume())
+	require.Eventually(t, func() bool { return !behind() }, 30*time.Second, 50*time.Millisecond, "the standby never caught up")
+}
