@@ -72,7 +72,7 @@ func migrateFigures(events []event) (int, *pctiles) {
 func overlapsRestart(m event, events []event) bool {
 	for _, e := range events {
 		// A restart just before still refuses connections for a moment.
-		if e.Kind == faultPGRestart && !e.End.Add(2*time.Second).Before(m.Start) && !e.Start.After(m.End) {
+		if (e.Kind == faultPGRestart || e.Kind == faultFailover) && !e.End.Add(2*time.Second).Before(m.Start) && !e.Start.After(m.End) {
 			return true
 		}
 	}

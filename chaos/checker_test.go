@@ -645,7 +645,7 @@ func explain(prev, cur delivery, claimOf map[leaseKey]auditRec, failed map[lease
 			return "holder_" + e.Kind
 		case e.Kind == faultTerminate && (e.Slot == "" || e.Slot == slotName):
 			return "holder_" + e.Kind
-		case e.Kind == faultPGRestart:
+		case e.Kind == faultPGRestart || e.Kind == faultFailover:
 			return e.Kind
 		}
 	}

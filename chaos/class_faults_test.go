@@ -125,7 +125,7 @@ func (r *run) migrate(ctx context.Context, g *group) {
 // directDSN reaches the cluster without a proxy, with searchPath as the
 // session's search_path when set.
 func (r *run) directDSN(app, searchPath string) string {
-	dsn := r.env.cluster.DSN + "&connect_timeout=5&application_name=" + app
+	dsn := r.env.db().DSN + "&connect_timeout=5&application_name=" + app
 	if searchPath != "" {
 		dsn += "&search_path=" + searchPath
 	}

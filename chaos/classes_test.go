@@ -51,10 +51,15 @@ const (
 	// finalized under `run` must wake the fetcher; after the drain a burst
 	// on one aggregate is timed.
 	classOrderedRun = "ordered_run"
+	// classFailover: the database fails over: a synchronous streaming
+	// standby is started, the primary killed and the standby promoted,
+	// while every link (the workers', the producers') moves to it, as a
+	// virtual IP or a DNS name does.
+	classFailover = "failover"
 )
 
 var allClasses = []string{classSinkBadText, classErrorText, classSinkAuth, classSinkReject,
-	classPublishHang, classMigrate, classSearchPath, classOrderedRun, classAuthHeal}
+	classPublishHang, classMigrate, classSearchPath, classOrderedRun, classAuthHeal, classFailover}
 
 // defaultClasses are drawn by every run unless CHAOS_CLASSES leaves them
 // out: every class, since outboxd handles each of them.
@@ -122,6 +127,9 @@ func menuFor(base []weightedFault, c classSet, httpSink bool) []weightedFault {
 	}
 	if c.has(classMigrate) {
 		out = append(out, weightedFault{faultMigrate, 2})
+	}
+	if c.has(classFailover) {
+		out = append(out, weightedFault{faultFailover, 1})
 	}
 	return out
 }

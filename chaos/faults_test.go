@@ -26,6 +26,7 @@ const (
 	faultSinkReset       = "sink_reset"
 	faultTerminate       = "terminate_backend"
 	faultPGRestart       = "pg_restart"
+	faultFailover        = "failover"
 	faultSink5xx         = "sink_5xx"
 	faultSink429         = "sink_429"
 	faultSink425         = "sink_425"
@@ -233,6 +234,23 @@ func (r *run) inject(ctx context.Context, f planned) {
 		e.End = time.Now()
 		e.Detail += fmt.Sprintf(" (%d sessions, err=%v)", n, err)
 		r.ev.add(e)
+	case faultFailover:
+		if !r.pgRestartMu.TryLock() {
+			return
+		}
+		r.faultWG.Add(1)
+		go func() {
+			defer r.faultWG.Done()
+			defer r.pgRestartMu.Unlock()
+			i := r.ev.add(event{Kind: f.kind, Start: time.Now(), Detail: "standby (synchronous), kill the primary, promote"})
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 90*time.Second)
+			detail, err := r.env.failover(fctx)
+			cancel()
+			if err != nil {
+				r.t.Errorf("failing over: %v", err)
+			}
+			r.ev.endWith(i, time.Now(), detail)
+		}()
 	case faultPGRestart:
 		if !r.pgRestartMu.TryLock() {
 			return
@@ -243,7 +261,7 @@ func (r *run) inject(ctx context.Context, f planned) {
 			defer r.pgRestartMu.Unlock()
 			i := r.ev.add(event{Kind: f.kind, Start: time.Now(), Detail: "pg_ctl restart -m immediate"})
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 90*time.Second)
-			err := r.env.cluster.Restart(rctx, "immediate")
+			err := r.env.db().Restart(rctx, "immediate")
 			cancel()
 			if err != nil {
 				r.t.Errorf("restarting PostgreSQL: %v", err)

@@ -29,13 +29,71 @@ import (
 // env is what the runs of one test share: a throwaway PostgreSQL cluster
 // and the outboxd binary built with failpoints.
 type env struct {
-	t       *testing.T
-	cluster *pgcluster.Cluster
-	bin     string
-	admin   *pgxpool.Pool // direct to the cluster: the harness's own link is never faulted
+	t     *testing.T
+	bin   string
+	admin *pgxpool.Pool // through harnessDB, never faulted
 
 	mu   sync.Mutex
 	runs []*run
+	// cluster is the primary; a failover replaces it with its promoted
+	// standby (clusters holds every one started, for the cleanup).
+	cluster  *pgcluster.Cluster
+	clusters []*pgcluster.Cluster
+	// proxies are every link to the database (the harness's, each
+	// worker's): a failover points them at the new primary.
+	proxies   []*proxy
+	harnessDB *proxy
+}
+
+// db is the current primary.
+func (e *env) db() *pgcluster.Cluster {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cluster
+}
+
+// dbProxy is a link to the current primary that follows failovers.
+func (e *env) dbProxy(name string) (*proxy, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p, err := newProxy(name, "127.0.0.1:"+strconv.Itoa(e.cluster.Port))
+	if err == nil {
+		e.proxies = append(e.proxies, p)
+	}
+	return p, err
+}
+
+// failover starts a synchronous streaming standby of the primary, kills
+// the primary, promotes the standby and points every link at it. No
+// commit the primary acknowledged is lost (the standby confirmed it); a
+// transaction in flight fails, uncertain if it was committing.
+func (e *env) failover(ctx context.Context) (string, error) {
+	old := e.db()
+	start := time.Now()
+	standby, err := old.StartStandby(ctx, &pgcluster.StandbyOptions{Synchronous: true})
+	if err != nil {
+		return "", err
+	}
+	e.mu.Lock()
+	e.clusters = append(e.clusters, standby)
+	e.mu.Unlock()
+	ready := time.Now()
+	if err := old.Kill(); err != nil {
+		return "", err
+	}
+	killed := time.Now()
+	if err := standby.Promote(ctx); err != nil {
+		return "", err
+	}
+	e.mu.Lock()
+	e.cluster = standby
+	for _, p := range e.proxies {
+		p.SetUpstream("127.0.0.1:" + strconv.Itoa(standby.Port))
+	}
+	e.mu.Unlock()
+	_ = old.Stop(ctx) // the data directory of the dead primary
+	return fmt.Sprintf("standby on port %d ready in %s; primary on port %d killed; promoted in %s",
+		standby.Port, ready.Sub(start).Round(time.Millisecond), old.Port, time.Since(killed).Round(time.Millisecond)), nil
 }
 
 // interrupts runs the registered cleanups on SIGINT or SIGTERM, then
@@ -98,7 +156,12 @@ func (e *env) emergency() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_ = e.cluster.Stop(ctx)
+	e.mu.Lock()
+	clusters := append([]*pgcluster.Cluster(nil), e.clusters...)
+	e.mu.Unlock()
+	for _, c := range clusters {
+		_ = c.Stop(ctx)
+	}
 }
 
 func newEnv(t *testing.T) *env {
@@ -110,12 +173,23 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatalf("starting throwaway PostgreSQL: %v", err)
 	}
+	e := &env{t: t, cluster: c, clusters: []*pgcluster.Cluster{c}, bin: bin}
 	t.Cleanup(func() {
-		if err := c.Stop(context.Background()); err != nil {
-			t.Logf("stopping cluster: %v", err)
+		e.mu.Lock()
+		clusters := append([]*pgcluster.Cluster(nil), e.clusters...)
+		e.mu.Unlock()
+		for _, c := range clusters {
+			if err := c.Stop(context.Background()); err != nil {
+				t.Logf("stopping cluster: %v", err)
+			}
 		}
 	})
-	cfg, err := pgxpool.ParseConfig(c.DSN + "&application_name=chaos-harness")
+	if e.harnessDB, err = e.dbProxy("harness-db"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.harnessDB.Close)
+	cfg, err := pgxpool.ParseConfig(fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable&application_name=chaos-harness",
+		c.User, e.harnessDB.Addr()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +200,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	e := &env{t: t, cluster: c, bin: bin, admin: pool}
+	e.admin = pool
 	t.Cleanup(onInterrupt(e.emergency))
 	return e
 }
@@ -270,7 +344,6 @@ func newRun(t *testing.T, e *env, cfg runConfig, seed uint64) *run {
 	if _, err := e.admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{r.schema}.Sanitize()+" CASCADE"); err != nil {
 		t.Fatal(err)
 	}
-	pgAddr := "127.0.0.1:" + strconv.Itoa(e.cluster.Port)
 	sinkAddr := rec.Addr()
 	if cfg.sink == sinkNATS {
 		var names []string
@@ -312,7 +385,7 @@ func newRun(t *testing.T, e *env, cfg runConfig, seed uint64) *run {
 		}
 		for i := range gc.slots {
 			s := &slot{r: r, g: g, name: fmt.Sprintf("%s%d", gc.name, i), done: make(chan struct{})}
-			if s.dbProxy, err = newProxy(s.name+"-db", pgAddr); err != nil {
+			if s.dbProxy, err = e.dbProxy(s.name + "-db"); err != nil {
 				t.Fatal(err)
 			}
 			if s.sinkProxy, err = newProxy(s.name+"-sink", sinkAddr); err != nil {

@@ -60,6 +60,15 @@ func newProxy(name, upstream string) (*proxy, error) {
 
 func (p *proxy) Addr() string { return p.ln.Addr().String() }
 
+// SetUpstream points new links at addr, as a virtual IP or a DNS name
+// moves to the new primary after a failover; links open to the old
+// upstream are left to fail with it.
+func (p *proxy) SetUpstream(addr string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.upstream = addr
+}
+
 func (p *proxy) setState(s linkState) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -186,7 +195,10 @@ func (p *proxy) serve(l *link) {
 	if !p.waitUp(l) {
 		return
 	}
-	s, err := net.DialTimeout("tcp", p.upstream, 5*time.Second)
+	p.mu.Lock()
+	upstream := p.upstream
+	p.mu.Unlock()
+	s, err := net.DialTimeout("tcp", upstream, 5*time.Second)
 	if err != nil {
 		return
 	}

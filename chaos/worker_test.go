@@ -128,7 +128,7 @@ func (s *slot) start() (*proc, error) {
 	r := s.r
 	owner := s.owner(inc)
 	dsn := fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable&application_name=%s&connect_timeout=5",
-		r.env.cluster.User, s.dbProxy.Addr(), owner)
+		r.env.db().User, s.dbProxy.Addr(), owner)
 	sink := fmt.Sprintf("http://%s/deliver/%s/%s", s.sinkProxy.Addr(), s.g.name, owner)
 	if r.nats != nil {
 		sink = r.nats.sinkURL(s.sinkProxy.Addr(), s.g.name, owner)

@@ -28,7 +28,8 @@ type StandbyOptions struct {
 // StartStandby creates a streaming standby of c, which must be running:
 // pg_basebackup -R from c into a new temporary directory, started on a
 // port of its own with c's settings. It returns once the standby accepts
-// (read-only) connections and streams from c. Stop the standby as any
+// (read-only) connections and streams from c, and if it is synchronous,
+// once it holds everything c committed before. Stop the standby as any
 // cluster; Promote makes it a primary.
 func (c *Cluster) StartStandby(ctx context.Context, opts *StandbyOptions) (*Cluster, error) {
 	if opts == nil {
@@ -102,6 +103,14 @@ func (c *Cluster) StartStandby(ctx context.Context, opts *StandbyOptions) (*Clus
 	}
 	if err := s.waitStreaming(ctx, c, state); err != nil {
 		return nil, err
+	}
+	if opts.Synchronous {
+		// A commit now waits for the standby to have written all WAL up to
+		// it, so everything committed before, while the standby was still
+		// asynchronous, is on the standby too once this returns.
+		if err := c.exec(ctx, "SELECT txid_current()"); err != nil {
+			return nil, err
+		}
 	}
 	ok = true
 	s.logf("pgcluster: standby of port %d started on 127.0.0.1:%d", c.Port, s.Port)
