@@ -7,6 +7,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"fmt"
@@ -31,6 +32,10 @@ type Config struct {
 	Messages int
 	// DoneRows pre-fill each table (a claim must not slow down with them).
 	DoneRows int
+	// Aggregates is how many aggregates the pre-inserted messages are
+	// spread over, in turn (0: 1,000). One is a single busy aggregate's
+	// backlog, which goes out one message after another.
+	Aggregates int
 	// Variant is "lease" (the dispatcher), "seed" (the reference) or "both".
 	Variant string
 	// Producers, when positive and Latency is off, measures producers'
@@ -144,7 +149,7 @@ func (b *Benchmarker) table(ctx context.Context, doneRows, pending int) (*benchT
 	}{{doneRows, "done"}, {pending, "pending"}} {
 		for done := 0; done < part.count; {
 			chunk := min(100000, part.count-done)
-			if _, err := b.pool.Exec(ctx, fill, chunk, part.status); err != nil {
+			if _, err := b.pool.Exec(ctx, fill, chunk, part.status, cmp.Or(b.cfg.Aggregates, 1000)); err != nil {
 				return nil, drop, err
 			}
 			done += chunk

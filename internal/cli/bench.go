@@ -19,6 +19,7 @@ import (
 type benchOpts struct {
 	messages  int
 	doneRows  int
+	aggs      int
 	variant   string
 	rf        runFlags
 	keep      bool
@@ -76,7 +77,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "outboxd bench on %s: sink %s, workers %d, batch %d\n", host, sinkName, o.rf.workers, o.rf.batch)
 	return bench.New(pool, &bench.Config{
-		Messages: o.messages, DoneRows: o.doneRows, Variant: o.variant,
+		Messages: o.messages, DoneRows: o.doneRows, Aggregates: o.aggs, Variant: o.variant,
 		Producers: o.producers, Rounds: o.rounds, Duration: o.duration,
 		Latency: o.latency, Rate: o.rate, Keep: o.keep, Shards: o.shardCount(),
 		Sink: sink,
@@ -92,6 +93,7 @@ func (o *benchOpts) register(fs *flag.FlagSet) {
 	o.rf.register(fs, "null:")
 	fs.IntVar(&o.messages, "messages", 200000, "messages to pre-insert and drain")
 	fs.IntVar(&o.doneRows, "done-rows", 0, "done rows to pre-fill the table with (a claim must not slow down with them)")
+	fs.IntVar(&o.aggs, "aggregates", 1000, "aggregates the pre-inserted messages are spread over (1: one aggregate's backlog)")
 	fs.StringVar(&o.variant, "variant", "lease", "lease (outboxd), seed (the article's per-row design) or both")
 	fs.IntVar(&o.producers, "producers", 0, "instead of draining: measure producer insert rates with N concurrent producers (NOTIFY cost)")
 	durVar(fs, &o.duration, "duration", 5*time.Second, "length of each producer phase")
@@ -107,6 +109,9 @@ func (o *benchOpts) register(fs *flag.FlagSet) {
 func (o *benchOpts) check(fs *flag.FlagSet) error {
 	if o.messages < 1 || o.doneRows < 0 || o.producers < 0 || o.rounds < 1 {
 		return usagef("--messages must be positive and --done-rows, --producers not negative")
+	}
+	if o.aggs < 1 {
+		return usagef("--aggregates must be positive, got %d", o.aggs)
 	}
 	if o.latency {
 		if fs.Changed("sink") {

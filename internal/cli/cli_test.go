@@ -1191,6 +1191,17 @@ func testShardLeases(t *testing.T, bin string) {
 	require.Regexp(t, `(?m)^throughput\s+[0-9]+ messages/s$`, r.stdout)
 	require.Regexp(t, `(?m)^delivered\s+2000 in `, r.stdout)
 	requireNoSchemasLeft(t, b.cmd.Process.Pid)
+
+	// One aggregate's backlog: every message in order, one after another.
+	one := start(t, bin, envWith(dsn), nil, "bench", "--messages", "300", "--aggregates", "1", "--lease-mode", "shard", "--dsn", dsn)
+	r = one.wait()
+	requireOK(t, r)
+	require.Regexp(t, `(?m)^delivered\s+300 in `, r.stdout)
+	requireNoSchemasLeft(t, one.cmd.Process.Pid)
+
+	zero := start(t, bin, envWith(dsn), nil, "bench", "--aggregates", "0", "--dsn", dsn).wait()
+	require.Equal(t, 2, zero.code, "%s", zero)
+	require.Contains(t, zero.stderr, "--aggregates must be positive, got 0")
 }
 
 func testBenchProducers(t *testing.T, bin string) {
