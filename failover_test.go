@@ -207,7 +207,7 @@ func failover(t *testing.T, mode leaseMode, synchronous bool) {
 		}
 	}
 
-	acked, lostByPostgres, uncertain := 0, 0, 0
+	acked, lostByPostgres, uncertain, before, after := 0, 0, 0, 0, 0
 	var worst time.Duration
 	for n, p := range sent {
 		if p.uncertain {
@@ -215,6 +215,12 @@ func failover(t *testing.T, mode leaseMode, synchronous bool) {
 			continue
 		}
 		acked++
+		switch {
+		case p.acked.Before(killed):
+			before++
+		case p.acked.After(promoted):
+			after++
+		}
 		if _, ok := stored[n]; !ok {
 			lostByPostgres++
 			continue
@@ -233,7 +239,10 @@ func failover(t *testing.T, mode leaseMode, synchronous bool) {
 		"%d ids delivered for two messages; promoted %s after the kill; worst first delivery %s after its commit or the promotion",
 		acked, uncertain, len(stored), len(got), len(got)-len(first), lostByPostgres, reused,
 		promoted.Sub(killed).Round(time.Millisecond), worst.Round(time.Millisecond))
-	require.Greater(t, len(stored), 300, "the producer barely ran")
+	// The failover is mid-stream whatever the machine's pace: commits on
+	// both sides of it.
+	require.Positive(t, before, "nothing was committed before the primary died")
+	require.Positive(t, after, "nothing was committed after the promotion")
 	if synchronous {
 		require.Zero(t, lostByPostgres, "synchronous replication lost an acknowledged commit")
 		require.Less(t, worst, failoverLatencyMax, "a message waited long past its commit")
