@@ -136,20 +136,9 @@ func Start(ctx context.Context, opts *Options) (*Cluster, error) {
 		return nil, err
 	}
 
-	base, err := os.MkdirTemp("", "pgcluster-")
+	c, err := newCluster("pgcluster-", userName, binDir, cred, logf, opts.AsyncCommit)
 	if err != nil {
-		return nil, fmt.Errorf("pgcluster: create temp dir: %w", err)
-	}
-	c := &Cluster{
-		DataDir:   filepath.Join(base, "data"),
-		User:      userName,
-		BinDir:    binDir,
-		SocketDir: base,
-		LogFile:   filepath.Join(base, "postgres.log"),
-		baseDir:   base,
-		cred:      cred,
-		logf:      logf,
-		async:     opts.AsyncCommit,
+		return nil, err
 	}
 	ok := false
 	defer func() {
@@ -159,18 +148,6 @@ func Start(ctx context.Context, opts *Options) (*Cluster, error) {
 			c.mu.Unlock()
 		}
 	}()
-
-	if err := os.Chmod(base, 0o755); err != nil {
-		return nil, fmt.Errorf("pgcluster: chmod %s: %w", base, err)
-	}
-	if cred != nil {
-		if err := os.Chown(base, int(cred.Uid), int(cred.Gid)); err != nil {
-			return nil, fmt.Errorf("pgcluster: chown %s to %s: %w", base, userName, err)
-		}
-		if err := checkTraversable(filepath.Dir(base), cred); err != nil {
-			return nil, fmt.Errorf("pgcluster: temp dir not usable by user %s (set TMPDIR to a world-traversable directory): %w", userName, err)
-		}
-	}
 
 	logf("pgcluster: initdb %s (user %s, binaries %s)", c.DataDir, userName, binDir)
 	out, err := c.run(ctx, "initdb",
@@ -213,6 +190,41 @@ func Start(ctx context.Context, opts *Options) (*Cluster, error) {
 	}
 	ok = true
 	logf("pgcluster: started on 127.0.0.1:%d (data %s)", c.Port, c.DataDir)
+	return c, nil
+}
+
+// newCluster makes a cluster's temporary directory, usable by the server
+// user, and the Cluster describing it (no data directory yet).
+func newCluster(prefix, userName, binDir string, cred *syscall.Credential, logf func(string, ...any), async bool) (*Cluster, error) {
+	base, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, fmt.Errorf("pgcluster: create temp dir: %w", err)
+	}
+	c := &Cluster{
+		DataDir:   filepath.Join(base, "data"),
+		User:      userName,
+		BinDir:    binDir,
+		SocketDir: base,
+		LogFile:   filepath.Join(base, "postgres.log"),
+		baseDir:   base,
+		cred:      cred,
+		logf:      logf,
+		async:     async,
+	}
+	err = os.Chmod(base, 0o755)
+	if err != nil {
+		err = fmt.Errorf("pgcluster: chmod %s: %w", base, err)
+	} else if cred != nil {
+		if err = os.Chown(base, int(cred.Uid), int(cred.Gid)); err != nil {
+			err = fmt.Errorf("pgcluster: chown %s to %s: %w", base, userName, err)
+		} else if err = checkTraversable(filepath.Dir(base), cred); err != nil {
+			err = fmt.Errorf("pgcluster: temp dir not usable by user %s (set TMPDIR to a world-traversable directory): %w", userName, err)
+		}
+	}
+	if err != nil {
+		_ = os.RemoveAll(base)
+		return nil, err
+	}
 	return c, nil
 }
 

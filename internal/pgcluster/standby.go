@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,20 +39,9 @@ func (c *Cluster) StartStandby(ctx context.Context, opts *StandbyOptions) (*Clus
 	if removed {
 		return nil, errors.New("pgcluster: cluster was stopped and removed")
 	}
-	base, err := os.MkdirTemp("", "pgcluster-standby-")
+	s, err := newCluster("pgcluster-standby-", c.User, c.BinDir, c.cred, c.logf, c.async)
 	if err != nil {
-		return nil, fmt.Errorf("pgcluster: create temp dir: %w", err)
-	}
-	s := &Cluster{
-		DataDir:   filepath.Join(base, "data"),
-		User:      c.User,
-		BinDir:    c.BinDir,
-		SocketDir: base,
-		LogFile:   filepath.Join(base, "postgres.log"),
-		baseDir:   base,
-		cred:      c.cred,
-		logf:      c.logf,
-		async:     c.async,
+		return nil, err
 	}
 	ok := false
 	defer func() {
@@ -64,14 +51,6 @@ func (c *Cluster) StartStandby(ctx context.Context, opts *StandbyOptions) (*Clus
 			s.mu.Unlock()
 		}
 	}()
-	if err := os.Chmod(base, 0o755); err != nil {
-		return nil, fmt.Errorf("pgcluster: chmod %s: %w", base, err)
-	}
-	if s.cred != nil {
-		if err := os.Chown(base, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
-			return nil, fmt.Errorf("pgcluster: chown %s to %s: %w", base, s.User, err)
-		}
-	}
 
 	s.logf("pgcluster: pg_basebackup of port %d into %s", c.Port, s.DataDir)
 	out, err := s.run(ctx, "pg_basebackup", "-D", s.DataDir, "-h", "127.0.0.1", "-p", strconv.Itoa(c.Port),

@@ -114,7 +114,7 @@ func (s *Store) MigrateWith(ctx context.Context, db MigrateDB, o MigrateOptions)
 const MinServerVersion = 150000
 
 // ErrServerTooOld reports a PostgreSQL older than MinServerVersion.
-var ErrServerTooOld = errors.New("PostgreSQL is older than 15, the oldest supported release")
+var ErrServerTooOld = fmt.Errorf("PostgreSQL is older than %d, the oldest supported release", MinServerVersion/10000)
 
 // checkServerVersion refuses a server older than MinServerVersion before
 // migrate changes anything, rather than failing halfway on a function it
