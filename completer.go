@@ -17,6 +17,7 @@ type completer struct {
 	mode   lease.Mode
 	slots  *slots
 	leases *lease.Registry
+	chains *chains // nil unless the mode chains an aggregate's messages
 	// confirm reads which writes of a failed try were made all the same.
 	confirm func(context.Context, []store.RowWrite) ([]bool, error)
 	// settle reports each verdict once its write was tried.
@@ -72,6 +73,9 @@ func (c *completer) finalize(batch []verdict) {
 	defer c.leases.Forget(c.keys)
 	held, err := c.write(c.writes, c.keys)
 	c.mode.Settled(c.writes)
+	if c.chains != nil {
+		c.chains.settled(batch, held)
+	}
 	if err != nil {
 		c.log.Error("giving up on finalize; rows will be re-claimed after their lease", slog.Int("rows", len(batch)))
 		c.hook.OnFinalize(FinalizeEvent{Rows: len(batch), Duration: c.clock.Since(start), Err: err})

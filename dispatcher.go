@@ -36,6 +36,9 @@ type Dispatcher struct {
 	hook      Hook
 	wake      chan struct{} // a notification arrived (capacity 1)
 	listening atomic.Bool
+	// chains are the run's chains, when its mode chains an aggregate's
+	// messages: a hung publish releases what waits behind it.
+	chains atomic.Pointer[chains]
 	// probed is set once the listener sent its notification probe.
 	probed  atomic.Bool
 	stats   counters
@@ -211,15 +214,22 @@ func (d *Dispatcher) relay(ctx context.Context, drain bool, mode lease.Mode, lea
 	claims := make(chan *claimed, size)
 	verdicts := make(chan verdict, size)
 
+	var chained *chains
+	if mode.Chained() {
+		chained = newChains()
+		d.chains.Store(chained)
+		defer d.chains.Store(nil)
+	}
 	var workers sync.WaitGroup
 	w := &worker{
 		cfg: d.cfg.publishConfig(mode.RenewEvery()), breaker: &d.breaker, sizer: d.sizer, leases: leases,
-		publish: d.publish, observe: d.observeSink, classify: d.classify,
+		chains: chained, publish: d.publish, observe: d.observeSink, classify: d.classify,
 	}
 	for range d.cfg.Workers {
 		workers.Go(func() { w.run(ctx, claims, verdicts) })
 	}
 	c := newCompleter(d, mode, capacity, leases, size)
+	c.chains = chained
 	completed := make(chan struct{})
 	go func() {
 		defer close(completed)
@@ -229,7 +239,7 @@ func (d *Dispatcher) relay(ctx context.Context, drain bool, mode lease.Mode, lea
 	f := &fetcher{
 		engine: d.engine(), cfg: d.cfg.fetchConfig(), mode: mode, store: d.store, pool: d.pool, sizer: d.sizer, breaker: &d.breaker,
 		wake: d.wake, listening: &d.listening,
-		drain: drain, slots: capacity, leases: leases, out: claims,
+		drain: drain, slots: capacity, leases: leases, chains: chained, out: claims,
 	}
 	f.run(ctx)
 
@@ -261,7 +271,15 @@ func (d *Dispatcher) leaseCallbacks() lease.Callbacks {
 			}
 			d.hook.OnHeartbeat(HeartbeatEvent{Rows: b.Rows, LeaseLost: b.LeaseLost, Hung: b.Hung, Duration: b.Duration, Err: b.Err})
 		},
-		Hung: func(store.Lease) { d.stats.hung.Add(1) },
+		Hung: func(l store.Lease) {
+			d.stats.hung.Add(1)
+			if cs := d.chains.Load(); cs != nil && cs.hung(l.ID) {
+				select { // the fetcher hands the released messages over
+				case d.wake <- struct{}{}:
+				default:
+				}
+			}
+		},
 		Buried: func(ctx context.Context, id, token int64, cause error) {
 			d.stats.count(OutcomeDead)
 			d.hook.OnSettle(SettleEvent{Message: d.buried(ctx, id, token), Outcome: OutcomeDead, Err: cause})

@@ -27,6 +27,12 @@ type claimed struct {
 	// born is the row's created_at as claimed, kept apart from msg,
 	// which the sink may change: the fenced write includes it.
 	born time.Time
+	// agg is the row's aggregate as claimed, its chain's key, and chain
+	// the chain it joined (see chains); dropped marks a row whose chain broke before it went out: it is
+	// released unpublished.
+	agg     string
+	chain   *chain
+	dropped bool
 }
 
 func (c *claimed) lease() store.Lease { return store.Lease{ID: c.msg.ID, Version: c.msg.FencingToken} }
@@ -55,6 +61,9 @@ type fetcher struct {
 	drain  bool // return once nothing is left to deliver
 	slots  *slots
 	leases *lease.Registry
+	// chains order an aggregate's messages in flight when the mode claims
+	// several of them at once; nil otherwise.
+	chains *chains
 	out    chan<- *claimed
 
 	waiting    bool // our waiter row is registered
@@ -94,14 +103,22 @@ func (f *fetcher) run(ctx context.Context) {
 // step is one turn of the loop: wait for room, claim, then hand the rows
 // over or go idle. It returns false when the fetcher is to stop.
 func (f *fetcher) step(ctx context.Context) bool {
+	if f.chains != nil {
+		for _, c := range f.chains.takeOrphans() {
+			f.out <- c
+		}
+	}
 	room := f.slots.room(f.sizer, f.cfg.batch)
 	if room == 0 {
 		// The workers hold as many rows as they can start well inside
-		// the lease: wait for the completer.
+		// the lease: wait for the completer, or for a wake-up (messages
+		// released behind a hung publish are to be handed over).
 		select {
 		case <-ctx.Done():
 			return false
 		case <-f.slots.released():
+			return true
+		case <-f.wake:
 			return true
 		}
 	}
@@ -121,6 +138,9 @@ func (f *fetcher) step(ctx context.Context) bool {
 	}
 	if f.clearWait {
 		f.clearWait, f.waiting = false, false
+	}
+	if f.chains != nil {
+		rows = f.admit(rows)
 	}
 	if len(rows) == 0 {
 		return f.idle(ctx)
@@ -145,6 +165,9 @@ func (f *fetcher) claim(ctx context.Context, batch int) ([]store.Row, time.Time,
 	start := f.clock.Now()
 	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
+	if f.chains != nil {
+		f.chains.reading()
+	}
 	rows, dbNow, err := f.mode.Claim(claimCtx, batch, f.clearWait)
 	if err == nil {
 		f.cool.claimed(f.clock.Since(start), len(rows), f.clearWait)
@@ -176,13 +199,31 @@ func (f *fetcher) emit(rows []store.Row, start, dbNow time.Time) {
 			dbNow:     dbNow,
 			claimedAt: claimedAt,
 			born:      r.CreatedAt,
+			agg:       r.AggregateID,
 		}
 		leases[i] = claims[i].lease()
 	}
 	f.leases.Add(leases, f.mode.Deadline(start))
 	for i := range claims {
-		f.out <- &claims[i]
+		if f.chains == nil || f.chains.start(&claims[i]) {
+			f.out <- &claims[i]
+		}
 	}
+}
+
+// admit keeps the rows whose chain may take them (see chains.admit); the
+// others are forgotten by the mode unpublished and unwritten, and read
+// again once the row before them is settled.
+func (f *fetcher) admit(rows []store.Row) []store.Row {
+	kept, dropped := f.chains.admit(rows)
+	if len(dropped) > 0 {
+		forget := make([]store.RowWrite, len(dropped))
+		for i, r := range dropped {
+			forget[i] = store.RowWrite{ID: r.ID, LeaseVersion: r.LeaseVersion}
+		}
+		f.mode.Settled(forget)
+	}
+	return kept
 }
 
 // claimFailed backs off after a failed claim; database errors are never

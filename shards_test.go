@@ -560,7 +560,8 @@ func TestShardLeasesHungPublishGivesItsShardUp(t *testing.T) {
 
 // Messages being delivered under shard leases count as processing in
 // status and the gauges, though no claim is written: each dispatcher
-// reports what it has in flight with its shard renewal. The dispatcher is
+// reports what it has in flight with its shard renewal, the messages of an
+// aggregate queued behind the one publishing included. The dispatcher is
 // listed with the shards it holds.
 func TestShardLeasesStatusShowsInFlight(t *testing.T) {
 	t.Parallel()
@@ -579,17 +580,139 @@ func TestShardLeasesStatusShowsInFlight(t *testing.T) {
 	eventually(t, func() bool {
 		st, err := b.admin.Status(t.Context())
 		require.NoError(t, err)
-		return st.Counts["processing"] == 1 && st.Counts["pending"] == 2
-	}, "the message in flight counts as processing, its successors pending")
+		return st.Counts["processing"] == 3 && st.Counts["pending"] == 0
+	}, "the message publishing and its successors queued behind it in the dispatcher count as processing")
 	gs, err := b.admin.Gauges(t.Context())
 	require.NoError(t, err)
-	require.EqualValues(t, 1, gs.Processing)
-	require.EqualValues(t, 2, gs.Pending)
+	require.EqualValues(t, 3, gs.Processing)
+	require.EqualValues(t, 0, gs.Pending)
 	ds, err := b.admin.Dispatchers(t.Context())
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
 	require.Equal(t, "S", ds[0].Owner)
-	require.EqualValues(t, 1, ds[0].InFlight)
+	require.EqualValues(t, 3, ds[0].InFlight)
 	require.Equal(t, []int{0, 1, 2, 3}, ds[0].Shards)
 	require.True(t, ds[0].LeaseUntil.After(time.Now().Add(-time.Minute)))
+}
+
+// A message whose transaction took its id before others but committed
+// after they were delivered is delivered too: the read position of its
+// shard is past its id, and a sweep from the front finds it, on the
+// notification of its commit or, with no notification, within a poll
+// interval while the dispatcher stays busy.
+func TestShardLeasesDeliverALateCommit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		poll     time.Duration
+		notified bool
+	}{
+		{"notified", 10 * time.Second, true},
+		{"busy and not notified", 200 * time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := shardBundle(t, 1)
+			if !tc.notified {
+				b.exec(t, "DROP TRIGGER "+pgx.Identifier{"outbox_wake"}.Sanitize()+" ON "+b.quoted)
+			}
+			slow, err := b.pool.Begin(t.Context())
+			require.NoError(t, err)
+			defer slow.Rollback(context.Background()) //nolint:errcheck // no-op after Commit
+			late, err := outbox.Producer{Table: b.table}.Enqueue(t.Context(), slow, msg("late", 0))
+			require.NoError(t, err)
+
+			rec := newRecorder(nil)
+			sig := newSignals()
+			start(t, b.dispatcher(t, rec.Sink(), shardConfig(outbox.Config{PollInterval: tc.poll, Hook: sig})))
+			early := b.enqueueN(t, 20, "early")
+			require.Greater(t, early[0], late[0])
+			rec.waitLen(t, 20, 5*time.Second, "the rows committed first")
+			if tc.notified {
+				waitIdle(t, sig)
+			} else {
+				// Keep the dispatcher reading, so that no idle turn's
+				// wake-up sweeps for it: the periodic sweep must.
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				go func() {
+					for i := 0; ctx.Err() == nil; i++ {
+						_, _ = b.pool.Exec(ctx, "INSERT INTO "+b.quoted+" (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'busy', 'E', '{}')")
+						time.Sleep(5 * time.Millisecond)
+					}
+				}()
+			}
+			require.NoError(t, slow.Commit(t.Context()))
+			require.Eventually(t, func() bool {
+				for _, id := range rec.IDs() {
+					if id == late[0] {
+						return true
+					}
+				}
+				return false
+			}, 5*time.Second, 10*time.Millisecond, "the late commit was skipped")
+		})
+	}
+}
+
+// One aggregate's backlog goes out one message at a time in id order, each
+// as soon as the one before it was acknowledged; a message that fails
+// stops its aggregate until its retry succeeds: nothing after it is
+// attempted meanwhile, and what was queued behind it goes out after it.
+func TestShardLeasesChainStopsAtAFailure(t *testing.T) {
+	t.Parallel()
+	b := shardBundle(t, 2)
+	ids := b.enqueueN(t, 60, "a")
+	var mu sync.Mutex
+	type attempt struct {
+		id int64
+		ok bool
+	}
+	var attempts []attempt
+	tried := map[int64]bool{}
+	publishing, most := 0, 0
+	rec := newRecorder(func(_ context.Context, m *outbox.Message) error {
+		mu.Lock()
+		publishing++
+		most = max(most, publishing)
+		mu.Unlock()
+		time.Sleep(time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		publishing--
+		var err error
+		switch {
+		case m.ID == ids[10] && !tried[m.ID]:
+			err = errors.New("receiver busy")
+		case m.ID == ids[30] && !tried[m.ID]:
+			err = outbox.Defer(100*time.Millisecond, "not yet") // refunds its attempt
+		}
+		tried[m.ID] = true
+		attempts = append(attempts, attempt{m.ID, err == nil})
+		return err
+	})
+	drain(t, b.dispatcher(t, rec.Sink(), shardConfig(outbox.Config{Workers: 8, BatchSize: 16,
+		RetryBase: 50 * time.Millisecond, RetryCap: 50 * time.Millisecond})))
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 1, most, "one message of the aggregate at a time")
+	var delivered []int64
+	var failed int64
+	for _, a := range attempts {
+		if failed != 0 {
+			require.LessOrEqual(t, a.id, failed, "attempted after a failure before it, of the same aggregate, was delivered")
+		}
+		switch {
+		case !a.ok:
+			failed = a.id
+		case a.id == failed:
+			failed = 0
+		}
+		if a.ok {
+			delivered = append(delivered, a.id)
+		}
+	}
+	require.Equal(t, ids, delivered, "each message once, in id order")
+	require.Equal(t, 60, b.countStatus(t, "done"))
 }

@@ -27,6 +27,9 @@ type worker struct {
 	breaker *breaker
 	sizer   *claimSizer
 	leases  *lease.Registry
+	// chains, when set, hand the worker the next message of an aggregate
+	// it just delivered (see chains).
+	chains *chains
 	// publish calls the sink; observe tells the breaker what it
 	// answered; classify turns the answer into a verdict.
 	publish  func(context.Context, *Message) error
@@ -38,8 +41,26 @@ type worker struct {
 // started are released instead of published.
 func (w *worker) run(ctx context.Context, in <-chan *claimed, out chan<- verdict) {
 	for c := range in {
-		out <- w.process(ctx, c)
+		for c != nil {
+			v := w.process(ctx, c)
+			out <- v
+			c = w.follow(c, &v, out)
+		}
 	}
+}
+
+// follow is the message of c's aggregate the worker publishes next, when
+// the mode chains them; the queued ones are released when c was not
+// delivered.
+func (w *worker) follow(c *claimed, v *verdict, out chan<- verdict) *claimed {
+	if w.chains == nil {
+		return nil
+	}
+	next, released := w.chains.next(c, v.outcome == OutcomeDone)
+	for _, r := range released {
+		out <- release(r, "released unpublished: an earlier message of its aggregate was not delivered")
+	}
+	return next
 }
 
 // process publishes one claim, or releases it unpublished when it cannot be
@@ -47,6 +68,9 @@ func (w *worker) run(ctx context.Context, in <-chan *claimed, out chan<- verdict
 func (w *worker) process(ctx context.Context, c *claimed) verdict {
 	if ctx.Err() != nil {
 		return release(c, "released at shutdown")
+	}
+	if c.dropped {
+		return release(c, "released unpublished: an earlier message of its aggregate was not delivered")
 	}
 	if w.breaker.paused() {
 		return release(c, "released unpublished: sink unavailable")

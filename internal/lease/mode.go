@@ -56,6 +56,12 @@ type Mode interface {
 	// Ordered reports whether each aggregate is delivered in id order, so
 	// that a finalize may free the next message of an aggregate.
 	Ordered() bool
+	// Chained reports whether a claim may return messages of an aggregate
+	// whose earlier messages are still in flight (each row's Prev names
+	// the one before it): the dispatcher then delivers an aggregate's
+	// messages one after another, each once the one before it was
+	// acknowledged.
+	Chained() bool
 	// Undelivered reports whether anything deliverable is left: Drain
 	// returns once it is not.
 	Undelivered(ctx context.Context) (bool, error)

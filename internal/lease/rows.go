@@ -116,6 +116,8 @@ func (m *rowLeases) RenewEvery() time.Duration { return m.cfg.RenewEvery() }
 
 func (m *rowLeases) Ordered() bool { return false }
 
+func (m *rowLeases) Chained() bool { return false }
+
 func (m *rowLeases) Undelivered(ctx context.Context) (bool, error) {
 	return m.store.Undelivered(ctx, m.pool, m.Ordered())
 }

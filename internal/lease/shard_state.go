@@ -145,7 +145,8 @@ func (m *membership) isolatedWritten(written []int, ended map[int]bool) {
 // shard; a shard is abandoned while it has a hung message in flight, and
 // is given up (released, its ids forgotten) once nothing else of it is.
 type flight struct {
-	ids map[int64]store.ShardLease // id → its shard and the token it was read under
+	ids  map[int64]store.ShardLease // id → its shard and the token it was read under
+	aggs map[int64]string           // id → its aggregate
 	// hung are the ids whose publish hung past its timeout; abandoned
 	// their shards, read no more until given up.
 	hung      map[int64]bool
@@ -153,7 +154,12 @@ type flight struct {
 }
 
 func newFlight() flight {
-	return flight{ids: map[int64]store.ShardLease{}, hung: map[int64]bool{}, abandoned: map[int]bool{}}
+	return flight{ids: map[int64]store.ShardLease{}, aggs: map[int64]string{}, hung: map[int64]bool{}, abandoned: map[int]bool{}}
+}
+
+// add records a message read under l, of aggregate agg.
+func (f *flight) add(id int64, l store.ShardLease, agg string) {
+	f.ids[id], f.aggs[id] = l, agg
 }
 
 // busy is the set of shards with a message in flight.
@@ -187,6 +193,7 @@ func (f *flight) settle(writes []store.RowWrite) {
 	for _, w := range writes {
 		if l, ok := f.ids[w.ID]; ok && l.Token == w.LeaseVersion {
 			delete(f.ids, w.ID)
+			delete(f.aggs, w.ID)
 		}
 		delete(f.hung, w.ID)
 	}
@@ -217,6 +224,7 @@ func (f *flight) giveUp() []int {
 		for id, r := range f.ids {
 			if r.Shard == shard {
 				delete(f.ids, id)
+				delete(f.aggs, id)
 			}
 		}
 	}

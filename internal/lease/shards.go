@@ -34,6 +34,8 @@ type shardLeases struct {
 	mu      sync.Mutex
 	members membership
 	flight  flight
+	cursors cursors
+	waiting waiting
 	// renewedAt is when the last renewal that succeeded was sent: the
 	// tokens held are trusted until renewedAt + the lease less a tenth.
 	renewedAt time.Time
@@ -47,16 +49,18 @@ type shardLeases struct {
 func newShardLeases(st *store.Store, pool *pgxpool.Pool, cfg Config, cb Callbacks, log *slog.Logger, count int, leases *Registry) *shardLeases {
 	return &shardLeases{
 		store: st, pool: pool, cfg: cfg, cb: cb, log: log, count: count, leases: leases,
-		members: newMembership(), flight: newFlight(),
+		members: newMembership(), flight: newFlight(), cursors: cursors{}, waiting: waiting{},
 	}
 }
 
-// Claim reads the heads of the held shards: one per isolated shard with
-// nothing in flight, declared before it is handed over, then up to batch
-// rows of the others. clearWait drops the dispatcher's waiter row first,
-// as a row claim does in its statement; the read that follows sees every
-// commit the cleared row would have notified. The leases themselves are
-// kept by the keeper, on its own schedule.
+// Claim reads the held shards: the next message of each isolated shard
+// with nothing in flight, declared before it is handed over, then a prefix
+// of each other shard's queue, up to batch rows in all (see readPlain).
+// clearWait drops the dispatcher's waiter row first, as a row claim does
+// in its statement; the read that follows sees every commit the cleared
+// row would have notified, and sweeps every shard from the front, since a
+// commit that notified may have had a lower id than rows read before. The
+// leases themselves are kept by the keeper, on its own schedule.
 func (s *shardLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]store.Row, time.Time, error) {
 	if clearWait {
 		if err := s.store.Unwait(ctx, s.pool, s.cfg.Owner); err != nil {
@@ -70,7 +74,7 @@ func (s *shardLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]s
 	var rows []store.Row
 	var now time.Time
 	if len(isolated) > 0 {
-		got, at, err := s.store.ReadShards(ctx, s.pool, s.cfg.Owner, leasesOf(isolated, tokens), exclude, 1)
+		got, at, err := s.store.ReadShards(ctx, s.pool, s.cfg.Owner, reads(isolated, tokens, nil, 1), exclude, nil)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
@@ -80,13 +84,63 @@ func (s *shardLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]s
 		now = at
 	}
 	if room := batch - len(rows); room > 0 && len(plain) > 0 {
-		got, at, err := s.store.ReadShards(ctx, s.pool, s.cfg.Owner, leasesOf(plain, tokens), exclude, (room+len(plain)-1)/len(plain))
+		got, at, err := s.readPlain(ctx, plain, tokens, room, clearWait)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
-		rows, now = append(rows, got[:min(len(got), room)]...), at
+		if len(got) > 0 || now.IsZero() {
+			now = at
+		}
+		rows = append(rows, got...)
 	}
 	return s.lease(rows, tokens), now, nil
+}
+
+// readPlain reads up to room rows of shards, each after its cursor: an
+// equal share of room per shard, then what the shards that had less left
+// unused, among those that filled their share (one busy aggregate's shard
+// gets the whole batch, in two reads).
+func (s *shardLeases) readPlain(ctx context.Context, shards []int, tokens map[int]int64, room int, sweep bool) ([]store.Row, time.Time, error) {
+	var out []store.Row
+	var dbNow time.Time
+	for round := 0; round < 2 && room > 0 && len(shards) > 0; round++ {
+		limit := (room + len(shards) - 1) / len(shards)
+		now := s.cfg.Clock.Now()
+		s.mu.Lock()
+		s.cursors.forget(s.members.held)
+		after, exclude := s.cursors.plan(shards, tokens, &s.flight, now, s.cfg.PollInterval, sweep && round == 0)
+		waiting := s.waiting.list(now)
+		s.mu.Unlock()
+		got, at, err := s.store.ReadShards(ctx, s.pool, s.cfg.Owner, reads(shards, tokens, after, limit), exclude, waiting)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		dbNow = at
+		// Rows beyond room are dropped unread, so each shard's cursor moves
+		// only past what is kept; a shard that filled its share has more.
+		n, kept, last := map[int]int{}, map[int]int{}, map[int]int64{}
+		for i, r := range got {
+			n[r.Shard]++
+			if i < room {
+				kept[r.Shard]++
+				last[r.Shard] = max(last[r.Shard], r.ID)
+			}
+		}
+		got = got[:min(len(got), room)]
+		full := shards[:0:0]
+		s.mu.Lock()
+		for _, shard := range shards {
+			if c := s.cursors[shard]; c != nil {
+				c.advance(after[shard], n[shard] >= limit, kept[shard], last[shard])
+			}
+			if n[shard] >= limit {
+				full = append(full, shard)
+			}
+		}
+		s.mu.Unlock()
+		out, room, shards = append(out, got...), room-len(got), full
+	}
+	return out, dbNow, nil
 }
 
 // leasesOf pairs shards with the tokens they are held under.
@@ -171,6 +225,8 @@ func (s *shardLeases) RenewEvery() time.Duration { return s.cfg.RenewEvery() }
 
 func (s *shardLeases) Ordered() bool { return true }
 
+func (s *shardLeases) Chained() bool { return true }
+
 // Undelivered does not count rows blocked behind a dead head: the shard
 // read never reads them.
 func (s *shardLeases) Undelivered(ctx context.Context) (bool, error) {
@@ -191,16 +247,37 @@ func (s *shardLeases) lease(rows []store.Row, tokens map[int]int64) []store.Row 
 			continue
 		}
 		r.LeaseVersion = token
-		s.flight.ids[r.ID] = store.ShardLease{Shard: r.Shard, Token: token}
+		s.flight.add(r.ID, store.ShardLease{Shard: r.Shard, Token: token}, r.AggregateID)
 		kept = append(kept, r)
 	}
 	return kept
 }
 
-// Settled forgets the ids of a finalized batch.
+// Settled forgets the ids of a finalized batch. A row written back
+// pending lies behind its shard's cursor: the shard is swept when it is
+// due again, and its aggregate is not read until then. The aggregate of a
+// row gone dead, or of one forgotten unwritten (its chain could not take
+// it), is not read until the next sweep, which looks again.
 func (s *shardLeases) Settled(writes []store.RowWrite) {
+	now := s.cfg.Clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for _, w := range writes {
+		l, ok := s.flight.of(w.ID)
+		if !ok || l.Token != w.LeaseVersion {
+			continue
+		}
+		agg := s.flight.aggs[w.ID]
+		switch w.Status {
+		case store.StatusPending:
+			s.cursors.due(l.Shard, now.Add(w.Delay))
+			if w.Delay > 0 {
+				s.waiting.until(agg, now.Add(w.Delay))
+			}
+		case store.StatusDead, "":
+			s.waiting.until(agg, now.Add(s.cfg.PollInterval))
+		}
+	}
 	s.flight.settle(writes)
 }
 

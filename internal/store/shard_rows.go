@@ -5,19 +5,35 @@ import (
 	"time"
 )
 
-// ReadShards returns up to perShard pending rows of each shard held,
-// oldest first, each the head of its aggregate (no earlier unfinished
-// row), and skipping the ids in inFlight. It locks and writes nothing, and
-// reads only the shards owner still holds under the tokens given. Each
-// row's Attempts is the delivery about to be made (failures so far plus
-// one), its Shard set; LeaseVersion is left for the caller (the shard's
-// token).
-func (s *Store) ReadShards(ctx context.Context, db DB, owner string, held []ShardLease, inFlight []int64, perShard int) ([]Row, time.Time, error) {
-	ids, tokens := splitLeases(held)
+// ShardRead is one shard to read: held under Token, after the position
+// After (0: from the front), up to Limit rows.
+type ShardRead struct {
+	ShardLease
+	After int64
+	Limit int
+}
+
+// ReadShards returns, per shard, up to its limit of pending rows after its
+// position, oldest first, skipping the ids in inFlight, the aggregates
+// waiting and the rows whose previous unfinished row is dead or not due
+// (sql/shard_read.sql). It locks
+// and writes nothing, and reads only the shards owner still holds under
+// the tokens given. Each row's Attempts is the delivery about to be made
+// (failures so far plus one), its Shard and Prev set; LeaseVersion is left
+// for the caller (the shard's token).
+func (s *Store) ReadShards(ctx context.Context, db DB, owner string, reads []ShardRead, inFlight []int64, waiting []string) ([]Row, time.Time, error) {
+	n := len(reads)
+	shards, tokens, afters, limits := make([]int32, n), make([]int64, n), make([]int64, n), make([]int32, n)
+	for i, r := range reads {
+		shards[i], tokens[i], afters[i], limits[i] = int32(r.Shard), r.Token, r.After, int32(r.Limit)
+	}
 	if inFlight == nil {
 		inFlight = []int64{}
 	}
-	rows, err := db.Query(ctx, s.shards.read, ids, inFlight, perShard, tokens, ownerText(owner))
+	if waiting == nil {
+		waiting = []string{}
+	}
+	rows, err := db.Query(ctx, s.shards.read, shards, tokens, afters, limits, ownerText(owner), inFlight, waiting)
 	if err != nil {
 		return nil, time.Time{}, translate(err)
 	}
@@ -28,17 +44,30 @@ func (s *Store) ReadShards(ctx context.Context, db DB, owner string, held []Shar
 		var r Row
 		var payload string
 		var headers, uid *string
+		var prev *int64
 		if err := rows.Scan(&r.ID, &r.AggregateType, &r.AggregateID, &r.EventType, &payload,
-			&r.CreatedAt, &r.Attempts, &headers, &uid, &r.Shard, &now); err != nil {
+			&r.CreatedAt, &r.Attempts, &headers, &uid, &r.Shard, &now, &prev); err != nil {
 			return nil, time.Time{}, translate(err)
 		}
 		r.Attempts++
 		r.Payload = []byte(payload)
 		r.setHeaders(headers)
 		r.setUID(uid)
+		if prev != nil {
+			r.Prev = *prev
+		}
 		out = append(out, r)
 	}
 	return out, now, translate(rows.Err())
+}
+
+// ReadsFromFront reads each of held from the front, up to perShard rows.
+func ReadsFromFront(held []ShardLease, perShard int) []ShardRead {
+	out := make([]ShardRead, len(held))
+	for i, l := range held {
+		out[i] = ShardRead{ShardLease: l, Limit: perShard}
+	}
+	return out
 }
 
 // FinalizeShards writes outcomes in one statement, fenced on each shard's

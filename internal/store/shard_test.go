@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -63,7 +64,7 @@ func doneWrites(leases []store.AcquiredShard, rows []store.Row) []store.RowWrite
 
 func (b *testBundle) readShards(t *testing.T, owner string, held []store.AcquiredShard, inFlight []int64, perShard int) []store.Row {
 	t.Helper()
-	rows, _, err := b.st.ReadShards(t.Context(), b.pool, owner, leasesOf(held), inFlight, perShard)
+	rows, _, err := b.st.ReadShards(t.Context(), b.pool, owner, store.ReadsFromFront(leasesOf(held), perShard), inFlight, nil)
 	require.NoError(t, err)
 	return rows
 }
@@ -321,16 +322,7 @@ func TestShardReadPlan(t *testing.T) {
 		b.exec(t, `INSERT INTO {{table}} (aggregate_type, aggregate_id, event_type, payload, status)
 			SELECT 'order', g::text, 'E', '{}', $1 FROM generate_series(1, 5000) AS g`, status)
 		b.exec(t, "ANALYZE {{table}}")
-		tx, err := b.pool.Begin(t.Context())
-		require.NoError(t, err)
-		_, err = tx.Exec(t.Context(), "SET LOCAL plan_cache_mode = force_generic_plan")
-		require.NoError(t, err)
-		rows, err := tx.Query(t.Context(), "EXPLAIN "+b.st.ShardReadSQL(), []int32{0, 1, 2, 3}, []int64{}, 7,
-			[]int64{1, 1, 1, 1}, "A")
-		require.NoError(t, err)
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		require.NoError(t, err)
-		require.NoError(t, tx.Rollback(t.Context()))
+		lines := b.explainRead(t, "EXPLAIN", []int32{0, 1, 2, 3}, 1, []int64{0, 0, 0, 0}, 7)
 		plan := strings.Join(lines, "\n")
 		require.Contains(t, plan, "outbox_shard_ready", plan)
 		require.NotContains(t, plan, "outbox_pkey", plan)
@@ -342,26 +334,72 @@ func TestShardReadPlan(t *testing.T) {
 	}
 }
 
-// Only an aggregate's head is read: its successors wait while it is in
-// flight or backing off, other aggregates do not.
-func TestShardReadHeadsOnly(t *testing.T) {
+// explainRead explains the shard read of shards, each after its position
+// with limit rows, held by "A" under token 1, under a generic plan (the
+// plan a prepared statement settles on).
+func (b *testBundle) explainRead(t *testing.T, explain string, shards []int32, token int64, after []int64, limit int32) []string {
+	t.Helper()
+	tx, err := b.pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(t.Context(), "SET LOCAL plan_cache_mode = force_generic_plan")
+	require.NoError(t, err)
+	tokens, limits := make([]int64, len(shards)), make([]int32, len(shards))
+	for i := range shards {
+		tokens[i], limits[i] = token, limit
+	}
+	rows, err := tx.Query(t.Context(), explain+" "+b.st.ShardReadSQL(), shards, tokens, after, limits, "A", []int64{}, []string{})
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return lines
+}
+
+// A read returns a prefix of the shard's queue, each row with the one
+// before it in its aggregate; an aggregate whose head backs off or is dead
+// is not read at all, other aggregates are.
+func TestShardReadPrefix(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	require.NoError(t, b.enableShards(t, 1))
-	ids := b.enqueue(t, msg{"x", "E"}, msg{"x", "E"}, msg{"y", "E"})
+	ids := b.enqueue(t, msg{"x", "E"}, msg{"x", "E"}, msg{"y", "E"}, msg{"x", "E"})
 	a := b.acquire(t, "A", 1)
 
-	require.Equal(t, []int64{ids[0], ids[2]}, rowIDs(b.readShards(t, "A", a, nil, 10)))
-	require.Equal(t, []int64{ids[2]}, rowIDs(b.readShards(t, "A", a, []int64{ids[0]}, 10)), "x's head is in flight")
+	rows := b.readShards(t, "A", a, nil, 10)
+	require.Equal(t, ids, rowIDs(rows))
+	require.Equal(t, []int64{0, ids[0], 0, ids[1]}, prevs(rows))
+	require.Equal(t, []int64{ids[1], ids[2], ids[3]}, rowIDs(b.readShards(t, "A", a, []int64{ids[0]}, 10)), "in flight, skipped")
 
-	retry := doneWrites(a, b.readShards(t, "A", a, nil, 1))
+	read := func(after int64) []int64 {
+		got, _, err := b.st.ReadShards(t.Context(), b.pool, "A", []store.ShardRead{{ShardLease: a[0].ShardLease, After: after, Limit: 10}}, nil, nil)
+		require.NoError(t, err)
+		return rowIDs(got)
+	}
+	require.Equal(t, []int64{ids[2], ids[3]}, read(ids[1]), "after a position")
+
+	retry := doneWrites(a, rows[:1])
 	retry[0].Status, retry[0].Delay = store.StatusPending, time.Hour
 	_, err := b.st.FinalizeShards(t.Context(), b.pool, "A", retry)
 	require.NoError(t, err)
-	require.Equal(t, []int64{ids[2]}, rowIDs(b.readShards(t, "A", a, nil, 10)), "x's head backs off, and x waits with it")
+	// x1 follows a row waiting for its retry, and is not read; x3 is, and
+	// the dispatcher holds it back: its prev, x1, is not delivered.
+	require.Equal(t, []int64{ids[2], ids[3]}, read(0), "x's head backs off")
 
+	b.exec(t, "UPDATE {{table}} SET status = 'dead' WHERE id = $1", ids[0])
+	require.Equal(t, []int64{ids[2], ids[3]}, read(0), "a dead row holds the row after it")
+	got, _, err := b.st.ReadShards(t.Context(), b.pool, "A", []store.ShardRead{{ShardLease: a[0].ShardLease, Limit: 10}}, nil, []string{"x"})
+	require.NoError(t, err)
+	require.Equal(t, []int64{ids[2]}, rowIDs(got), "an aggregate known to wait is not read")
 	b.exec(t, "UPDATE {{table}} SET status = 'done' WHERE id = $1", ids[0])
-	require.Equal(t, []int64{ids[1], ids[2]}, rowIDs(b.readShards(t, "A", a, nil, 10)))
+	require.Equal(t, []int64{ids[1], ids[2], ids[3]}, read(0))
+}
+
+func prevs(rows []store.Row) []int64 {
+	out := make([]int64, len(rows))
+	for i, r := range rows {
+		out[i] = r.Prev
+	}
+	return out
 }
 
 // Leaving frees every shard still under the owner's name, those it does
@@ -383,4 +421,63 @@ func TestShardLeaveFreesItsShards(t *testing.T) {
 	_, alive, err = b.st.RenewShards(t.Context(), b.pool, "B", time.Minute, 0)
 	require.NoError(t, err)
 	require.Equal(t, 1, alive, "A is no longer a member")
+}
+
+// Draining one aggregate's backlog, each read touches about as many
+// buffers at the end as at the start: the read's work is bounded by the
+// batch, not by how much of the aggregate went before or waits behind. A
+// read that walked the rows in flight, or probed every earlier row of the
+// aggregate, grows with the drain and fails this whatever the machine's
+// speed.
+func TestShardReadWorkIsBoundedByTheBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.NoError(t, b.enableShards(t, 1))
+	const backlog, batch = 4000, 100
+	b.exec(t, `INSERT INTO {{table}} (aggregate_type, aggregate_id, event_type, payload)
+		SELECT 'account', 'busy', 'E', '{}' FROM generate_series(1, $1::int)`, backlog)
+	b.exec(t, "ANALYZE {{table}}")
+	a := b.acquire(t, "A", 1)
+	lease := a[0].ShardLease
+
+	var pos int64
+	var inFlight []store.Row
+	var first, last int
+	for drained := 0; drained < backlog-2*batch; {
+		work := b.readBuffers(t, lease, pos, batch)
+		if first == 0 {
+			first = work
+		}
+		last = work
+		rows, _, err := b.st.ReadShards(t.Context(), b.pool, "A", []store.ShardRead{{ShardLease: lease, After: pos, Limit: batch}}, nil, nil)
+		require.NoError(t, err)
+		require.Len(t, rows, batch)
+		require.Equal(t, rows[0].ID-1, rows[0].Prev, "chained to the row before, in flight")
+		pos = rows[len(rows)-1].ID
+		// The batch before this one is finalized only now: while a read
+		// runs, the previous batch is in flight, as in a dispatcher.
+		if inFlight != nil {
+			_, err = b.st.FinalizeShards(t.Context(), b.pool, "A", doneWrites(a, inFlight))
+			require.NoError(t, err)
+			drained += len(inFlight)
+		}
+		inFlight = rows
+	}
+	t.Logf("buffers per read: %d at the start, %d after %d messages", first, last, backlog-2*batch)
+	require.Less(t, last, 2*first+50, "the read's work grew with the drain")
+}
+
+// readBuffers is how many buffers the shard read touches (shared hits and
+// reads, inclusive of every node).
+func (b *testBundle) readBuffers(t *testing.T, lease store.ShardLease, after int64, limit int32) int {
+	t.Helper()
+	lines := b.explainRead(t, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)", []int32{int32(lease.Shard)}, lease.Token, []int64{after}, limit)
+	var plan []struct {
+		Plan struct {
+			Hit  int `json:"Shared Hit Blocks"`
+			Read int `json:"Shared Read Blocks"`
+		} `json:"Plan"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(strings.Join(lines, "\n")), &plan))
+	return plan[0].Plan.Hit + plan[0].Plan.Read
 }

@@ -201,6 +201,9 @@ type Row struct {
 	// UID is the row's uid column, the message's identity, in its text
 	// form; "" for a row inserted before the column was added.
 	UID string
+	// Prev is, under shard leases, the id of the previous unfinished row
+	// of the row's aggregate (0: none): the row goes out after it.
+	Prev int64
 }
 
 func (r *Row) setUID(text *string) {
