@@ -53,6 +53,7 @@ func (b *Benchmarker) drain(ctx context.Context, variant string) (float64, error
 		return 0, err
 	}
 	var roundTrips, commits int64
+	spent := startCost(ctx, b.pool, t)
 	start := time.Now()
 	progressDone := b.progress(ctx, rec.count, c.Messages)
 	switch variant {
@@ -89,6 +90,7 @@ func (b *Benchmarker) drain(ctx context.Context, variant string) (float64, error
 	fmt.Fprintf(c.Stdout, "throughput       %.0f messages/s\n", rate)
 	fmt.Fprintf(c.Stdout, "round trips/msg  %.4f\n", float64(roundTrips)/float64(max(n, 1)))
 	fmt.Fprintf(c.Stdout, "commits/msg      %.4f\n", float64(commits)/float64(max(n, 1)))
+	spent.report(ctx, func(format string, args ...any) { fmt.Fprintf(c.Stdout, format, args...) }, n)
 	fmt.Fprintf(c.Stdout, "delivery lag     p50 %s  p90 %s  p99 %s  max %s\n",
 		percentile(rec.lags, 0.50).Round(time.Millisecond), percentile(rec.lags, 0.90).Round(time.Millisecond),
 		percentile(rec.lags, 0.99).Round(time.Millisecond), percentile(rec.lags, 1).Round(time.Millisecond))

@@ -28,3 +28,6 @@ func (s *Store) StatusSQL() string { return s.status }
 
 // ShardReadSQL is the shard-lease read, for its plan test.
 func (s *Store) ShardReadSQL() string { return s.shards.read }
+
+// ShardFinalizeSQL is the shard-lease finalize, for its plan test.
+func (s *Store) ShardFinalizeSQL() string { return s.shards.finalize }

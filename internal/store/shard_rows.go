@@ -79,12 +79,12 @@ func ReadsFromFront(held []ShardLease, perShard int) []ShardRead {
 func (s *Store) FinalizeShards(ctx context.Context, db DB, owner string, writes []RowWrite) ([]bool, error) {
 	n := len(writes)
 	ids, statuses, delays := make([]int64, n), make([]string, n), make([]int64, n)
-	attempts, errs, borns := make([]int32, n), make([]string, n), make([]*time.Time, n)
+	attempts, errs, borns, rowShards := make([]int32, n), make([]string, n), make([]*time.Time, n), make([]int32, n)
 	seen := map[ShardLease]bool{}
 	var leases []ShardLease
 	for i, w := range writes {
 		ids[i], statuses[i], delays[i], errs[i] = w.ID, w.Status, w.Delay.Microseconds(), storable(w.Error, maxErrorText)
-		borns[i] = w.born()
+		borns[i], rowShards[i] = w.born(), int32(w.Shard)
 		if !w.Refund {
 			attempts[i] = 1
 		}
@@ -94,7 +94,7 @@ func (s *Store) FinalizeShards(ctx context.Context, db DB, owner string, writes 
 		}
 	}
 	shards, tokens := splitLeases(leases)
-	rows, err := db.Query(ctx, s.shards.finalize, ownerText(owner), shards, tokens, ids, statuses, delays, attempts, errs, borns)
+	rows, err := db.Query(ctx, s.shards.finalize, ownerText(owner), shards, tokens, ids, statuses, delays, attempts, errs, borns, rowShards)
 	if err != nil {
 		return nil, translate(err)
 	}

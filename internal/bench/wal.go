@@ -1,0 +1,48 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// cost reads what a drain costs beyond its time: the WAL the server wrote
+// and the CPU the relay used, from its start to its end.
+type cost struct {
+	pool    *pgxpool.Pool
+	table   *benchTable
+	walFrom string // "" when the WAL position cannot be read (a standby, a pooler)
+	cpuFrom time.Duration
+}
+
+func startCost(ctx context.Context, pool *pgxpool.Pool, t *benchTable) *cost {
+	c := &cost{pool: pool, table: t, cpuFrom: processCPU()}
+	_ = pool.QueryRow(ctx, t.sql("wal_position.sql")).Scan(&c.walFrom)
+	return c
+}
+
+// report prints the WAL and the relay's CPU per message of n delivered.
+func (c *cost) report(ctx context.Context, print func(format string, args ...any), n int) {
+	cpu := processCPU() - c.cpuFrom
+	wal := "n/a"
+	var to string
+	var bytes int64
+	if c.walFrom != "" && c.pool.QueryRow(ctx, c.table.sql("wal_position.sql")).Scan(&to) == nil &&
+		c.pool.QueryRow(ctx, c.table.sql("wal_bytes.sql"), c.walFrom, to).Scan(&bytes) == nil {
+		wal = fmt.Sprintf("%.0f B", float64(bytes)/float64(max(n, 1)))
+	}
+	print("WAL/msg          %s (the whole server's, while the drain ran)\n", wal)
+	print("relay CPU/msg    %.1f µs\n", float64(cpu.Microseconds())/float64(max(n, 1)))
+}
+
+// processCPU is the CPU time this process used so far, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
