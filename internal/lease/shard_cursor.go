@@ -36,10 +36,12 @@ type cursor struct {
 type cursors map[int]*cursor
 
 // plan returns, for each shard, the position its read starts after, and
-// the ids in flight above those positions, which the read is to skip.
-// A sweep starts on shards whose sweep is due, on every shard when all is
-// set (a notification woke the fetcher).
-func (cs cursors) plan(shards []int, tokens map[int]int64, f *flight, now time.Time, poll time.Duration, all bool) (after map[int]int64, exclude []int64) {
+// the ids in flight (or read earlier in the same claim: read, not yet in
+// flight) above those positions, which the read is to skip. Sweeps start
+// only when start is set (the first read of a claim): on the shards whose
+// sweep is due, on every shard when all is set (a notification woke the
+// fetcher).
+func (cs cursors) plan(shards []int, tokens map[int]int64, f *flight, read []store.Row, now time.Time, poll time.Duration, start, all bool) (after map[int]int64, exclude []int64) {
 	after = make(map[int]int64, len(shards))
 	for _, shard := range shards {
 		c := cs[shard]
@@ -47,7 +49,7 @@ func (cs cursors) plan(shards []int, tokens map[int]int64, f *flight, now time.T
 			c = &cursor{token: tokens[shard], sweepAt: now.Add(poll)}
 			cs[shard] = c
 		}
-		if !c.sweeping && (all || !now.Before(c.sweepAt)) {
+		if start && !c.sweeping && (all || !now.Before(c.sweepAt)) {
 			c.sweeping, c.sweep, c.sweepAt = true, 0, now.Add(poll)
 		}
 		after[shard] = c.from()
@@ -55,6 +57,11 @@ func (cs cursors) plan(shards []int, tokens map[int]int64, f *flight, now time.T
 	for id, l := range f.ids {
 		if a, ok := after[l.Shard]; ok && id > a {
 			exclude = append(exclude, id)
+		}
+	}
+	for _, r := range read {
+		if a, ok := after[r.Shard]; ok && r.ID > a {
+			exclude = append(exclude, r.ID)
 		}
 	}
 	return after, exclude

@@ -17,7 +17,7 @@ func TestCursorSweeps(t *testing.T) {
 	f := newFlight()
 	at := time.Unix(0, 0)
 	tokens := map[int]int64{0: 7}
-	after, exclude := cs.plan([]int{0}, tokens, &f, at, time.Second, false)
+	after, exclude := cs.plan([]int{0}, tokens, &f, nil, at, time.Second, true, false)
 	require.Equal(t, map[int]int64{0: 0}, after)
 	require.Empty(t, exclude)
 	cs[0].advance(0, true, 3, 30)
@@ -25,31 +25,31 @@ func TestCursorSweeps(t *testing.T) {
 		f.add(id, store.ShardLease{Shard: 0, Token: 7}, "a")
 	}
 
-	after, exclude = cs.plan([]int{0}, tokens, &f, at.Add(time.Millisecond), time.Second, false)
+	after, exclude = cs.plan([]int{0}, tokens, &f, nil, at.Add(time.Millisecond), time.Second, true, false)
 	require.Equal(t, int64(30), after[0], "read past what is in flight")
 	require.Empty(t, exclude, "nothing in flight above the position")
 
-	after, exclude = cs.plan([]int{0}, tokens, &f, at.Add(time.Second), time.Second, false)
+	after, exclude = cs.plan([]int{0}, tokens, &f, nil, at.Add(time.Second), time.Second, true, false)
 	require.Zero(t, after[0], "a poll interval on, a sweep from the front")
 	require.ElementsMatch(t, []int64{10, 20, 30}, exclude)
 	cs[0].advance(0, true, 2, 25) // a late commit, 25, and one more
-	after, _ = cs.plan([]int{0}, tokens, &f, at.Add(time.Second), time.Second, false)
+	after, _ = cs.plan([]int{0}, tokens, &f, nil, at.Add(time.Second), time.Second, true, false)
 	require.Equal(t, int64(25), after[0], "the sweep goes on from where it got")
 	cs[0].advance(25, true, 2, 40)
-	after, _ = cs.plan([]int{0}, tokens, &f, at.Add(time.Second), time.Second, false)
+	after, _ = cs.plan([]int{0}, tokens, &f, nil, at.Add(time.Second), time.Second, true, false)
 	require.Equal(t, int64(40), after[0], "past the position, the sweep is over")
 	require.False(t, cs[0].sweeping)
 
-	after, _ = cs.plan([]int{0}, tokens, &f, at.Add(1500*time.Millisecond), time.Second, true)
+	after, _ = cs.plan([]int{0}, tokens, &f, nil, at.Add(1500*time.Millisecond), time.Second, true, true)
 	require.Zero(t, after[0], "a wake-up sweeps at once")
 	cs[0].advance(0, false, 0, 0)
 	require.False(t, cs[0].sweeping, "a sweep that read less than its limit reached the end")
 
 	cs.due(0, at.Add(1600*time.Millisecond))
-	after, _ = cs.plan([]int{0}, tokens, &f, at.Add(1600*time.Millisecond), time.Second, false)
+	after, _ = cs.plan([]int{0}, tokens, &f, nil, at.Add(1600*time.Millisecond), time.Second, true, false)
 	require.Zero(t, after[0], "a row written back pending is due: swept for")
 
-	after, _ = cs.plan([]int{0}, map[int]int64{0: 8}, &f, at.Add(1700*time.Millisecond), time.Second, false)
+	after, _ = cs.plan([]int{0}, map[int]int64{0: 8}, &f, nil, at.Add(1700*time.Millisecond), time.Second, true, false)
 	require.Zero(t, after[0], "under a new token, from the front")
 	cs.forget(map[int]int64{})
 	require.Empty(t, cs)
@@ -66,4 +66,23 @@ func TestWaiting(t *testing.T) {
 	require.Equal(t, []string{"a"}, w.list(at.Add(time.Millisecond)))
 	require.Empty(t, w.list(at.Add(time.Second)))
 	require.Empty(t, w)
+}
+
+// A claim's second read (the room the other shards left) starts no sweep
+// and skips what its first read returned: those rows are not in flight
+// yet, and a sweep from the front would return them again.
+func TestCursorSecondReadOfAClaim(t *testing.T) {
+	cs := cursors{}
+	f := newFlight()
+	at := time.Unix(0, 0)
+	tokens := map[int]int64{0: 7}
+	cs.plan([]int{0}, tokens, &f, nil, at, time.Second, true, false)
+	cs[0].advance(0, true, 2, 20)
+	read := []store.Row{{ID: 10, Shard: 0}, {ID: 20, Shard: 0}}
+	after, exclude := cs.plan([]int{0}, tokens, &f, read, at.Add(time.Hour), time.Second, false, true)
+	require.Equal(t, int64(20), after[0], "no sweep starts in a claim's second read")
+	require.Empty(t, exclude)
+	cs[0].sweeping, cs[0].sweep = true, 5
+	_, exclude = cs.plan([]int{0}, tokens, &f, read, at.Add(time.Hour), time.Second, false, false)
+	require.Equal(t, []int64{10, 20}, exclude, "a sweep under way skips what the claim read")
 }

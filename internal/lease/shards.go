@@ -108,7 +108,7 @@ func (s *shardLeases) readPlain(ctx context.Context, shards []int, tokens map[in
 		now := s.cfg.Clock.Now()
 		s.mu.Lock()
 		s.cursors.forget(s.members.held)
-		after, exclude := s.cursors.plan(shards, tokens, &s.flight, now, s.cfg.PollInterval, sweep && round == 0)
+		after, exclude := s.cursors.plan(shards, tokens, &s.flight, out, now, s.cfg.PollInterval, round == 0, sweep)
 		waiting := s.waiting.list(now)
 		s.mu.Unlock()
 		got, at, err := s.store.ReadShards(ctx, s.pool, s.cfg.Owner, reads(shards, tokens, after, limit), exclude, waiting)
