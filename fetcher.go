@@ -257,11 +257,12 @@ func (f *fetcher) idle(ctx context.Context) bool {
 		if wait := f.cool.spacing() - f.clock.Since(f.registeredAt); wait > 0 {
 			return f.sleep(ctx, f.headFreed(), wait)
 		}
-		// Register as idle, then look once more: a row committed before
-		// the registration was visible to producers would otherwise wait
-		// a whole poll interval.
+		// Register as idle, then look once more, everywhere (Sweep): a row
+		// committed before the registration was visible to producers
+		// would otherwise wait a whole poll interval.
 		if err := f.store.Wait(ctx, f.pool, f.cfg.owner, 3*f.cfg.poll); err == nil {
 			f.waiting, f.registeredAt = true, f.clock.Now()
+			f.mode.Sweep()
 			// The claim that follows sees every commit that notified so
 			// far: a wake-up already pending (the listener's start, say)
 			// would only wake the idle fetcher again for nothing, and its

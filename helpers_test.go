@@ -100,11 +100,16 @@ func (b *testBundle) enqueue(t *testing.T, msgs ...outbox.NewMessage) []int64 {
 // enqueueN inserts n messages of one aggregate, each payload {"n": i}.
 func (b *testBundle) enqueueN(t *testing.T, n int, aggregateID string) []int64 {
 	t.Helper()
-	msgs := make([]outbox.NewMessage, n)
-	for i := range msgs {
-		msgs[i] = msg(aggregateID, i)
+	return b.enqueue(t, msgs(aggregateID, n)...)
+}
+
+// msgs are n messages of one aggregate, each payload {"n": i}.
+func msgs(aggregateID string, n int) []outbox.NewMessage {
+	out := make([]outbox.NewMessage, n)
+	for i := range out {
+		out[i] = msg(aggregateID, i)
 	}
-	return b.enqueue(t, msgs...)
+	return out
 }
 
 func msg(aggregateID string, n int) outbox.NewMessage {

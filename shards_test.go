@@ -616,16 +616,38 @@ func TestShardLeasesDeliverALateCommit(t *testing.T) {
 			if !tc.notified {
 				b.exec(t, "DROP TRIGGER "+pgx.Identifier{"outbox_wake"}.Sanitize()+" ON "+b.quoted)
 			}
+			rec := newRecorder(nil)
+			sig := newSignals()
+			d := b.dispatcher(t, rec.Sink(), shardConfig(outbox.Config{PollInterval: tc.poll, Hook: sig}))
+			if tc.notified {
+				start(t, d)
+				waitIdle(t, sig)
+			}
 			slow, err := b.pool.Begin(t.Context())
 			require.NoError(t, err)
 			defer slow.Rollback(context.Background()) //nolint:errcheck // no-op after Commit
 			late, err := outbox.Producer{Table: b.table}.Enqueue(t.Context(), slow, msg("late", 0))
 			require.NoError(t, err)
-
-			rec := newRecorder(nil)
-			sig := newSignals()
-			start(t, b.dispatcher(t, rec.Sink(), shardConfig(outbox.Config{PollInterval: tc.poll, Hook: sig})))
-			early := b.enqueueN(t, 20, "early")
+			if tc.notified {
+				// As the wake-up trigger would, had the dispatcher been
+				// registered as it ran: the notification goes out with the
+				// commit.
+				_, err = slow.Exec(t.Context(), "SELECT pg_notify($1, '')", b.schema+".outbox")
+				require.NoError(t, err)
+			}
+			if !tc.notified {
+				start(t, d)
+			}
+			tx, err := b.pool.Begin(t.Context())
+			require.NoError(t, err)
+			defer tx.Rollback(context.Background()) //nolint:errcheck // no-op after Commit
+			early, err := outbox.Producer{Table: b.table}.Enqueue(t.Context(), tx, msgs("early", 20)...)
+			require.NoError(t, err)
+			if tc.notified {
+				_, err = tx.Exec(t.Context(), "SELECT pg_notify($1, '')", b.schema+".outbox")
+				require.NoError(t, err)
+			}
+			require.NoError(t, tx.Commit(t.Context()))
 			require.Greater(t, early[0], late[0])
 			rec.waitLen(t, 20, 5*time.Second, "the rows committed first")
 			if tc.notified {
@@ -636,7 +658,7 @@ func TestShardLeasesDeliverALateCommit(t *testing.T) {
 				ctx, cancel := context.WithCancel(t.Context())
 				defer cancel()
 				go func() {
-					for i := 0; ctx.Err() == nil; i++ {
+					for ctx.Err() == nil {
 						_, _ = b.pool.Exec(ctx, "INSERT INTO "+b.quoted+" (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'busy', 'E', '{}')")
 						time.Sleep(5 * time.Millisecond)
 					}

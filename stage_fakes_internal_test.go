@@ -82,6 +82,7 @@ func (m *fakeMode) Keeper(context.Context) func(context.Context) { return nil }
 func (m *fakeMode) RenewEvery() time.Duration                    { return m.renew }
 func (m *fakeMode) Ordered() bool                                { return m.ordered }
 func (m *fakeMode) Chained() bool                                { return false }
+func (m *fakeMode) Sweep()                                       {}
 func (m *fakeMode) Close(context.Context) error                  { return nil }
 
 func (m *fakeMode) Undelivered(context.Context) (bool, error) {

@@ -33,6 +33,10 @@ type Mode interface {
 	// waiter row: it just woke up, and producers must stop notifying it
 	// until it is idle again.
 	Claim(ctx context.Context, batch int, clearWait bool) ([]store.Row, time.Time, error)
+	// Sweep makes the next claim look at every row again, not only past
+	// where the claims before it read: the fetcher just registered as a
+	// waiter, and a commit made while it was not notified nobody.
+	Sweep()
 	// Deadline is when a row claimed by a statement sent at start stops
 	// being trusted: its lease, less a tenth for safety, so local timing
 	// errs on the early side of the database's clock.

@@ -118,6 +118,9 @@ func (m *rowLeases) Ordered() bool { return false }
 
 func (m *rowLeases) Chained() bool { return false }
 
+// Sweep does nothing: a row claim always reads from the front.
+func (m *rowLeases) Sweep() {}
+
 func (m *rowLeases) Undelivered(ctx context.Context) (bool, error) {
 	return m.store.Undelivered(ctx, m.pool, m.Ordered())
 }

@@ -36,6 +36,8 @@ type shardLeases struct {
 	flight  flight
 	cursors cursors
 	waiting waiting
+	// sweepNext makes the next claim sweep every shard (see Sweep).
+	sweepNext bool
 	// renewedAt is when the last renewal that succeeded was sent: the
 	// tokens held are trusted until renewedAt + the lease less a tenth.
 	renewedAt time.Time
@@ -68,6 +70,8 @@ func (s *shardLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]s
 		}
 	}
 	s.mu.Lock()
+	sweep := clearWait || s.sweepNext
+	s.sweepNext = false
 	plain, isolated, tokens := readPlan(&s.members, &s.flight)
 	exclude := s.flight.exclude()
 	s.mu.Unlock()
@@ -84,7 +88,7 @@ func (s *shardLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]s
 		now = at
 	}
 	if room := batch - len(rows); room > 0 && len(plain) > 0 {
-		got, at, err := s.readPlain(ctx, plain, tokens, room, clearWait)
+		got, at, err := s.readPlain(ctx, plain, tokens, room, sweep)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
@@ -141,6 +145,15 @@ func (s *shardLeases) readPlain(ctx context.Context, shards []int, tokens map[in
 		out, room, shards = append(out, got...), room-len(got), full
 	}
 	return out, dbNow, nil
+}
+
+// Sweep makes the next claim sweep every shard from the front: the
+// fetcher just registered as a waiter, and a commit made while it was not
+// registered notified nobody and may lie below a shard's position.
+func (s *shardLeases) Sweep() {
+	s.mu.Lock()
+	s.sweepNext = true
+	s.mu.Unlock()
 }
 
 // leasesOf pairs shards with the tokens they are held under.
