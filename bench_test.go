@@ -17,9 +17,15 @@ func BenchmarkDrain(b *testing.B) {
 	for _, tc := range []struct {
 		name    string
 		ordered bool
-	}{{"Unordered", false}, {"Ordered", true}} {
+		shards  bool
+	}{{"Unordered", false, false}, {"Ordered", true, false}, {"Shards", true, true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			bundle := setup(b)
+			mode := outbox.LeaseRows
+			if tc.shards {
+				require.NoError(b, bundle.admin.EnableShards(context.Background(), 16))
+				mode = outbox.LeaseShards
+			}
 			_, err := bundle.pool.Exec(context.Background(), `INSERT INTO `+bundle.quoted+` (aggregate_type, aggregate_id, event_type, payload)
 				SELECT 'order', (g % 1000)::text, 'OrderCreated', '{"n":1}' FROM generate_series(1, $1) AS g`, b.N)
 			require.NoError(b, err)
@@ -27,7 +33,7 @@ func BenchmarkDrain(b *testing.B) {
 			require.NoError(b, err)
 			sink := outbox.SinkFunc(func(context.Context, *outbox.Message) error { return nil })
 			d, err := outbox.NewDispatcher(bundle.pool, sink, &outbox.Config{
-				Table: bundle.table, Logger: quietLogger(), Ordered: tc.ordered, PollInterval: 10 * time.Millisecond,
+				Table: bundle.table, Logger: quietLogger(), Ordered: tc.ordered, PollInterval: 10 * time.Millisecond, LeaseMode: mode,
 			})
 			require.NoError(b, err)
 			b.ResetTimer()
