@@ -92,3 +92,11 @@ func TestPublishTimeoutDefaultFollowsLease(t *testing.T) {
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "PublishTimeout", ce.Field)
 }
+
+// The batch defaults by lease mode; a batch set is kept in either.
+func TestBatchSizeDefaultFollowsLeaseMode(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, outbox.BatchSizeDefault, (&outbox.Config{}).WithDefaults().BatchSize)
+	require.Equal(t, outbox.BatchSizeShardsDefault, (&outbox.Config{LeaseMode: outbox.LeaseShards}).WithDefaults().BatchSize)
+	require.Equal(t, 50, (&outbox.Config{LeaseMode: outbox.LeaseShards, BatchSize: 50}).WithDefaults().BatchSize)
+}

@@ -28,7 +28,7 @@ func newReference(t *benchTable, cfg *outbox.Config) *reference {
 		reap:  t.sql("reference_reap.sql"),
 		claim: t.sql("reference_claim.sql"),
 		done:  t.sql("reference_done.sql"),
-		cfg:   cfg,
+		cfg:   cfg.WithDefaults(), // the settings the dispatcher would run with
 	}
 }
 

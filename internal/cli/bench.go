@@ -57,7 +57,8 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	if err := o.check(c.FlagSet); err != nil {
 		return err
 	}
-	if _, err := o.rf.config("bench.outbox", logger); err != nil {
+	cfg, err := o.rf.config("bench.outbox", logger)
+	if err != nil {
 		return err
 	}
 	sink, err := openSink(o.rf.sink, &sinkEnv{stdout: io.Discard, logger: logger})
@@ -75,7 +76,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	if o.latency {
 		sinkName = "http (local receiver)"
 	}
-	fmt.Fprintf(e.stdout, "outboxd bench on %s: sink %s, workers %d, batch %d\n", host, sinkName, o.rf.workers, o.rf.batch)
+	fmt.Fprintf(e.stdout, "outboxd bench on %s: sink %s, workers %d, batch %d\n", host, sinkName, o.rf.workers, cfg.WithDefaults().BatchSize)
 	return bench.New(pool, &bench.Config{
 		Messages: o.messages, DoneRows: o.doneRows, Aggregates: o.aggs, Variant: o.variant,
 		Producers: o.producers, Rounds: o.rounds, Duration: o.duration,
