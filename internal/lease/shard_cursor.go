@@ -67,11 +67,18 @@ func (cs cursors) plan(shards []int, tokens map[int]int64, f *flight, read []sto
 	return after, exclude
 }
 
+// lookback is how far behind its position a read of a shard starts, in
+// ids: a producer transaction that commits a little after others that took
+// later ids (concurrent producers do, all the time) leaves its row just
+// below the position, and the next read finds it. The rows in flight in
+// that range are skipped by id; a row further behind waits for a sweep.
+const lookback = 256
+
 func (c *cursor) from() int64 {
 	if c.sweeping {
 		return c.sweep
 	}
-	return c.pos
+	return max(c.pos-lookback, 0)
 }
 
 // advance moves the cursor of a shard read from after past the n rows
