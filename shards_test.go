@@ -358,20 +358,40 @@ func TestShardLeasesDrainSkipsBlockedAggregate(t *testing.T) {
 	require.Equal(t, 2, b.countStatus(t, "pending"), "held back behind the dead head")
 }
 
-// The next message of an aggregate is read as soon as its predecessor is
-// finalized, not at the next poll: an aggregate's backlog does not crawl.
+// An aggregate's backlog goes out from one read, each message as soon as
+// the one before it was acknowledged: no message waits for the finalize of
+// the one before it, nor for a poll. (With reads that returned only the
+// head of each aggregate, each message waited for its predecessor's
+// finalize and for the fetcher to wake after it; a fetcher pausing between
+// partial batches then missed the wake-up, and a 5-message backlog took
+// more than 5 s under CI load.)
 func TestShardLeasesBacklogFollowsFinalize(t *testing.T) {
 	t.Parallel()
 	b := shardBundle(t, 2)
 	// A publish outlasting the fetcher's pause: it goes idle while each
-	// head is in flight.
+	// message is in flight.
 	rec := newRecorder(func(context.Context, *outbox.Message) error { time.Sleep(50 * time.Millisecond); return nil })
 	sig := newSignals()
 	d := b.dispatcher(t, rec.Sink(), shardConfig(outbox.Config{PollInterval: 10 * time.Second, Hook: sig}))
 	start(t, d)
 	waitIdle(t, sig)
-	b.enqueueN(t, 5, "a") // one commit, one wake-up: the rest follow finalizes
-	rec.waitLen(t, 5, 5*time.Second, "the backlog waited for polls")
+	before := d.Stats().Claimed
+	b.enqueueN(t, 5, "a") // one commit, one wake-up
+	rec.waitLen(t, 5, 9*time.Second, "the backlog waited for polls")
+	require.Equal(t, before+5, d.Stats().Claimed, "the whole backlog from one read, each message read once")
+	var claimsWithRows int
+	for {
+		select {
+		case ev := <-sig.claims:
+			if ev.Rows > 0 {
+				claimsWithRows++
+			}
+			continue
+		default:
+		}
+		break
+	}
+	require.Equal(t, 1, claimsWithRows, "one read took the whole backlog")
 }
 
 // A dispatcher that stops gracefully hands its shards over at once: one
