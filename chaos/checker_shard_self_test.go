@@ -114,6 +114,50 @@ func TestCheckerDetectsShardMode(t *testing.T) {
 		require.Zero(t, mustBeZero(c), "%+v", c)
 		require.Equal(t, 1, c.DuplicatesByCause["holder_kill"])
 	})
+	t.Run("ReplayAfterACrash", func(t *testing.T) {
+		t.Parallel()
+		// w0 publishes 1 and 2 back to back (a chain) and dies before
+		// finalizing either; w1 takes the shard and delivers both again,
+		// in order.
+		h := newShardHistory()
+		h.take(1, "w0-0", 0)
+		for _, id := range []int64{1, 2} {
+			h.commit(id, "a")
+			h.row(id, "done", 2, "a")
+		}
+		h.deliver(1, 1, "w0-0", answerOK, 10)
+		h.deliver(2, 1, "w0-0", answerOK, 12)
+		h.events = []event{{Kind: "kill", Slot: "w0", Owner: "w0-0", Start: h.at(50), End: h.at(50)}}
+		h.take(2, "w1-0", 3000)
+		h.deliver(1, 2, "w1-0", answerOK, 3010)
+		h.deliver(2, 2, "w1-0", answerOK, 3012)
+		h.write(1, 0, 2, "w1-0", "done", 3020)
+		h.write(2, 0, 2, "w1-0", "done", 3021)
+		c := h.check()
+		require.Zero(t, mustBeZero(c), "%+v", c)
+
+		// Had w1 not delivered 2 again after 1, the receiver's last word on
+		// the aggregate would be 1: out of order.
+		h.dels = h.dels[:len(h.dels)-1]
+		h.write(2, 0, 1, "w0-0", "done", 40)
+		require.Positive(t, h.check().OrderingDetail["delivery_order"])
+	})
+	t.Run("LaterMessageFirst", func(t *testing.T) {
+		t.Parallel()
+		// 2 goes out and is acknowledged before 1 ever went out: no replay
+		// excuses that.
+		h := newShardHistory()
+		h.take(1, "w0-0", 0)
+		for _, id := range []int64{1, 2} {
+			h.commit(id, "a")
+			h.row(id, "done", 1, "a")
+		}
+		h.deliver(2, 1, "w0-0", answerOK, 10)
+		h.deliver(1, 1, "w0-0", answerOK, 12)
+		h.write(2, 0, 1, "w0-0", "done", 20)
+		h.write(1, 0, 1, "w0-0", "done", 21)
+		require.Positive(t, h.check().OrderingDetail["delivery_order"])
+	})
 	t.Run("LateEarlierAttemptOfOneToken", func(t *testing.T) {
 		t.Parallel()
 		h := newShardHistory()
