@@ -49,6 +49,10 @@ func TestBreakerCycle(t *testing.T) {
 	require.Zero(t, limit, "one probe at a time")
 	limit, _ = gate(0)
 	require.Equal(t, 1, limit, "a probe that ended without an answer lets the next claim probe")
+	b.claimed(1)
+	b.released()
+	limit, _ = gate(1)
+	require.Equal(t, 1, limit, "a probe released unpublished lets the next claim probe, though a hung publish holds its slot")
 
 	for _, want := range []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, time.Minute, time.Minute} {
 		pause, tripped = b.trip(0)

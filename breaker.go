@@ -125,6 +125,19 @@ func (b *breaker) gate(inflight int64) (limit int, wait time.Duration) {
 	return 1, 0
 }
 
+// released records a row released unpublished. If it was the probe, the
+// probe ended without an answer, and the next claim may probe again; the
+// other way to tell, nothing left in flight, never comes while a publish
+// hangs holding its slot. (Another row released meanwhile ends the wait
+// as well: at worst two probes go out.)
+func (b *breaker) released() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == breakerProbing {
+		b.probeOut = false
+	}
+}
+
 // claimed records that a probing claim took rows.
 func (b *breaker) claimed(n int) {
 	b.mu.Lock()

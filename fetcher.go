@@ -142,6 +142,8 @@ func (f *fetcher) step(ctx context.Context) bool {
 	if f.chains != nil {
 		rows = f.admit(rows)
 	}
+	// Counted as handed over: a row its chain did not admit is no probe.
+	f.breaker.claimed(len(rows))
 	if len(rows) == 0 {
 		return f.idle(ctx)
 	}
@@ -172,7 +174,6 @@ func (f *fetcher) claim(ctx context.Context, batch int) ([]store.Row, time.Time,
 	if err == nil {
 		f.cool.claimed(f.clock.Since(start), len(rows), f.clearWait)
 	}
-	f.breaker.claimed(len(rows))
 	f.stats.claims.Add(1)
 	f.hook.OnClaim(ClaimEvent{Rows: len(rows), Duration: f.clock.Since(start), Err: err})
 	return rows, dbNow, err

@@ -18,6 +18,8 @@ func (d *Dispatcher) settle(v *verdict, held bool) {
 		Lag: v.claim.dbTime().Sub(m.CreatedAt),
 	})
 	switch outcome {
+	case OutcomeReleased:
+		d.breaker.released()
 	case OutcomeLeaseLost:
 		d.log.Warn("lost lease: finalize fenced off",
 			slog.Int64("outbox_id", m.ID), slog.Int64("lease_version", m.FencingToken),
