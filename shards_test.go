@@ -788,3 +788,21 @@ func TestShardLeasesDeliverOneAggregatesBacklogOnce(t *testing.T) {
 	require.Zero(t, behind, "messages delivered after a later one")
 	require.Len(t, seen, 5000)
 }
+
+// A shard taken over from an owner that died is delivered one head at a
+// time: an aggregate held back behind its dead message does not stop the
+// shard's other aggregates.
+func TestShardLeasesIsolatedShardSkipsABlockedAggregate(t *testing.T) {
+	t.Parallel()
+	b := shardBundle(t, 1)
+	blocked := b.enqueueN(t, 3, "a")
+	free := b.enqueueN(t, 3, "b")
+	b.exec(t, "UPDATE "+b.quoted+" SET status = 'dead', attempts = 3 WHERE id = $1", blocked[0])
+	// An owner that died holding the shard: its successor isolates it.
+	b.exec(t, "UPDATE "+pgx.Identifier{b.schema, "outbox_shards"}.Sanitize()+
+		" SET owner = 'gone', token = token + 1, lease_until = now() - interval '1 second'")
+	rec := newRecorder(nil)
+	drain(t, b.dispatcher(t, rec.Sink(), shardConfig(outbox.Config{})))
+	require.Equal(t, free, rec.IDs())
+	require.Equal(t, 2, b.countStatus(t, "pending"), "held back behind the dead head")
+}

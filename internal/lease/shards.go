@@ -78,7 +78,7 @@ func (s *shardLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]s
 	var rows []store.Row
 	var now time.Time
 	if len(isolated) > 0 {
-		got, at, err := s.store.ReadShards(ctx, s.pool, s.cfg.Owner, reads(isolated, tokens, nil, 1), exclude, nil)
+		got, at, err := s.store.ReadShards(ctx, s.pool, s.cfg.Owner, reads(isolated, tokens, nil, 1), exclude, nil, true)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
@@ -115,7 +115,7 @@ func (s *shardLeases) readPlain(ctx context.Context, shards []int, tokens map[in
 		after, exclude := s.cursors.plan(shards, tokens, &s.flight, out, now, s.cfg.PollInterval, round == 0, sweep)
 		waiting := s.waiting.list(now)
 		s.mu.Unlock()
-		got, at, err := s.store.ReadShards(ctx, s.pool, s.cfg.Owner, reads(shards, tokens, after, limit), exclude, waiting)
+		got, at, err := s.store.ReadShards(ctx, s.pool, s.cfg.Owner, reads(shards, tokens, after, limit), exclude, waiting, false)
 		if err != nil {
 			return nil, time.Time{}, err
 		}

@@ -256,7 +256,7 @@ func TestShardPlansWithOneBusyAggregate(t *testing.T) {
 			// rows per shard, owner, ids in flight, aggregates waiting.
 			args: `'{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}', '{1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1}',
 				'{0, 0, 0, 0, 0, 0, 0, 0, 110000, 110000, 110000, 110000, 110000, 110000, 110000, 110000}',
-				'{7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7}', 'planner', '{}', '{}'`,
+				'{7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7}', 'planner', '{}', '{}', false`,
 			want: []string{name + "_shard_ready", name + "_aggregate_head"},
 		},
 		{

@@ -15,13 +15,14 @@ type ShardRead struct {
 
 // ReadShards returns, per shard, up to its limit of pending rows after its
 // position, oldest first, skipping the ids in inFlight, the aggregates
-// waiting and the rows whose previous unfinished row is dead or not due
+// waiting and the rows whose previous unfinished row is dead or not due;
+// with headsOnly, every row with an earlier unfinished one
 // (sql/shard_read.sql). It locks
 // and writes nothing, and reads only the shards owner still holds under
 // the tokens given. Each row's Attempts is the delivery about to be made
 // (failures so far plus one), its Shard and Prev set; LeaseVersion is left
 // for the caller (the shard's token).
-func (s *Store) ReadShards(ctx context.Context, db DB, owner string, reads []ShardRead, inFlight []int64, waiting []string) ([]Row, time.Time, error) {
+func (s *Store) ReadShards(ctx context.Context, db DB, owner string, reads []ShardRead, inFlight []int64, waiting []string, headsOnly bool) ([]Row, time.Time, error) {
 	n := len(reads)
 	shards, tokens, afters, limits := make([]int32, n), make([]int64, n), make([]int64, n), make([]int32, n)
 	for i, r := range reads {
@@ -33,7 +34,7 @@ func (s *Store) ReadShards(ctx context.Context, db DB, owner string, reads []Sha
 	if waiting == nil {
 		waiting = []string{}
 	}
-	rows, err := db.Query(ctx, s.shards.read, shards, tokens, afters, limits, ownerText(owner), inFlight, waiting)
+	rows, err := db.Query(ctx, s.shards.read, shards, tokens, afters, limits, ownerText(owner), inFlight, waiting, headsOnly)
 	if err != nil {
 		return nil, time.Time{}, translate(err)
 	}

@@ -16,7 +16,9 @@
 -- knows to be waiting: the aggregate waits for that row.
 -- $1 shards, $2 the tokens they are held under, $3 positions, $4 rows per
 -- shard, $5 owner, $6 ids in flight above their shard's position, $7
--- aggregates waiting.
+-- aggregates waiting, $8 heads only (no earlier unfinished row at all: an
+-- isolated shard, read with nothing of it in flight, can deliver nothing
+-- else, and a row it could not deliver would be read again and again).
 --
 -- The shard is matched as a range of one, not with =: an equality makes
 -- the planner drop shard from the ORDER BY, and "ORDER BY id" alone is
@@ -37,6 +39,6 @@ JOIN {{shards}} AS h ON h.shard = s.shard AND h.token = s.token AND h.owner = $5
               WHERE o.shard >= s.shard AND o.shard <= s.shard AND o.status = 'pending'
                 AND o.id > s.after AND o.available_at <= now() AND o.id <> ALL ($6::bigint[])
                 AND o.aggregate_id <> ALL ($7::text[])
-                AND (prev.id IS NULL OR prev.status = 'pending' AND prev.available_at <= now())
+                AND (prev.id IS NULL OR NOT $8 AND prev.status = 'pending' AND prev.available_at <= now())
               ORDER BY o.shard, o.id
               LIMIT s.lim) AS o
