@@ -15,8 +15,9 @@ import (
 )
 
 // claimed is one leased row on its way from the fetcher to a worker. It is
-// not changed after the fetcher emits it; what changes while the row is in
-// the dispatcher (its deadline, its publish) lives in the lease registry.
+// not changed after the fetcher emits it (chains set dropped on a row still
+// queued, under their lock); what changes while the row is in the
+// dispatcher (its deadline, its publish) lives in the lease registry.
 type claimed struct {
 	msg Message
 	// dbNow is the database's now() at claim time; claimedAt the local
@@ -28,8 +29,8 @@ type claimed struct {
 	// which the sink may change: the fenced write includes it.
 	born time.Time
 	// agg is the row's aggregate as claimed, its chain's key, and chain
-	// the chain it joined (see chains); dropped marks a row whose chain broke before it went out: it is
-	// released unpublished.
+	// the chain it joined (see chains); dropped marks a row whose chain
+	// broke before it went out: it is released unpublished.
 	agg     string
 	chain   *chain
 	dropped bool
