@@ -156,15 +156,6 @@ func (s *shardLeases) Sweep() {
 	s.mu.Unlock()
 }
 
-// leasesOf pairs shards with the tokens they are held under.
-func leasesOf(shards []int, tokens map[int]int64) []store.ShardLease {
-	out := make([]store.ShardLease, len(shards))
-	for i, shard := range shards {
-		out[i] = store.ShardLease{Shard: shard, Token: tokens[shard]}
-	}
-	return out
-}
-
 // isolate writes, before any of them goes out, the declaration of each
 // message an isolated shard is to deliver alone (see
 // membership.isolation). It returns the rows to deliver, at most batch,
