@@ -274,22 +274,14 @@ func (d *Dispatcher) leaseCallbacks() lease.Callbacks {
 		Hung: func(l store.Lease) {
 			d.stats.hung.Add(1)
 			if cs := d.chains.Load(); cs != nil && cs.hung(l.ID) {
-				select { // the fetcher hands the released messages over
-				case d.wake <- struct{}{}:
-				default:
-				}
+				d.signal() // the fetcher hands the released messages over
 			}
 		},
 		Buried: func(ctx context.Context, id, token int64, cause error) {
 			d.stats.count(OutcomeDead)
 			d.hook.OnSettle(SettleEvent{Message: d.buried(ctx, id, token), Outcome: OutcomeDead, Err: cause})
 		},
-		Taken: func() {
-			select {
-			case d.wake <- struct{}{}:
-			default:
-			}
-		},
+		Taken: d.signal,
 	}
 }
 

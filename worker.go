@@ -49,6 +49,10 @@ func (w *worker) run(ctx context.Context, in <-chan *claimed, out chan<- verdict
 	}
 }
 
+// behindUndelivered is why a message queued behind one of its aggregate
+// that was not delivered is released.
+const behindUndelivered = "released unpublished: an earlier message of its aggregate was not delivered"
+
 // follow is the message of c's aggregate the worker publishes next, when
 // the mode chains them; the queued ones are released when c was not
 // delivered.
@@ -58,7 +62,7 @@ func (w *worker) follow(c *claimed, v *verdict, out chan<- verdict) *claimed {
 	}
 	next, released := w.chains.next(c, v.outcome == OutcomeDone)
 	for _, r := range released {
-		out <- release(r, "released unpublished: an earlier message of its aggregate was not delivered")
+		out <- release(r, behindUndelivered)
 	}
 	return next
 }
@@ -70,7 +74,7 @@ func (w *worker) process(ctx context.Context, c *claimed) verdict {
 		return release(c, "released at shutdown")
 	}
 	if c.dropped {
-		return release(c, "released unpublished: an earlier message of its aggregate was not delivered")
+		return release(c, behindUndelivered)
 	}
 	if w.breaker.paused() {
 		return release(c, "released unpublished: sink unavailable")

@@ -9,17 +9,19 @@ import (
 // cursor is where a dispatcher reads one of its shards from. It is plain
 // data, guarded like membership.
 //
-// A read starts after pos, the highest id read of the shard under its
-// token, so it does not walk the rows in flight (pending in the table
-// until their finalize). A row can commit after a read that passed its id
-// (its transaction took the id, then committed after another that took a
-// higher one): such a row is found by a sweep, a read from the front that
-// skips the ids in flight, walks the shard to its end a prefix at a time,
-// and starts at least once per poll interval, when the fetcher wakes on a
-// notification (a commit it may have missed), and when a row of the shard
-// written back pending (a retry, a defer, a release) is due again. A
-// pending row with an id below pos that is not in flight is therefore read
-// again at most a poll interval after it became visible or due.
+// A read starts lookback ids behind pos, the highest id read of the shard
+// under its token, so it does not walk the rows in flight (pending in the
+// table until their finalize) but for the last few. A row can commit after
+// a read that passed its id (its transaction took the id, then committed
+// after another that took a higher one): just behind pos, the next read
+// finds it; further behind, a sweep does, a read from the front that skips
+// the ids in flight, walks the shard to its end a prefix at a time, and
+// starts at least once per poll interval, when the fetcher wakes on a
+// notification or registers as a waiter (a commit it may have missed), and
+// when a row of the shard written back pending (a retry, a defer, a
+// release) is due again. A pending row with an id below pos that is not in
+// flight is therefore read again at most a poll interval after it became
+// visible or due.
 type cursor struct {
 	// token is the lease the positions belong to; a shard held under a
 	// new token is read from the front.

@@ -73,7 +73,10 @@ func (s *shardLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]s
 	sweep := clearWait || s.sweepNext
 	s.sweepNext = false
 	plain, isolated, tokens := readPlan(&s.members, &s.flight)
-	exclude := s.flight.exclude()
+	var exclude []int64
+	if len(isolated) > 0 {
+		exclude = s.flight.exclude() // read from the front
+	}
 	s.mu.Unlock()
 	var rows []store.Row
 	var now time.Time

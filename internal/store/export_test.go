@@ -31,3 +31,12 @@ func (s *Store) ShardReadSQL() string { return s.shards.read }
 
 // ShardFinalizeSQL is the shard-lease finalize, for its plan test.
 func (s *Store) ShardFinalizeSQL() string { return s.shards.finalize }
+
+// ReadsFromFront reads each of held from the front, up to perShard rows.
+func ReadsFromFront(held []ShardLease, perShard int) []ShardRead {
+	out := make([]ShardRead, len(held))
+	for i, l := range held {
+		out[i] = ShardRead{ShardLease: l, Limit: perShard}
+	}
+	return out
+}

@@ -17,11 +17,10 @@ type ShardRead struct {
 // position, oldest first, skipping the ids in inFlight, the aggregates
 // waiting and the rows whose previous unfinished row is dead or not due;
 // with headsOnly, every row with an earlier unfinished one
-// (sql/shard_read.sql). It locks
-// and writes nothing, and reads only the shards owner still holds under
-// the tokens given. Each row's Attempts is the delivery about to be made
-// (failures so far plus one), its Shard and Prev set; LeaseVersion is left
-// for the caller (the shard's token).
+// (sql/shard_read.sql). It locks and writes nothing, and reads only the
+// shards owner still holds under the tokens given. Each row's Attempts is
+// the delivery about to be made (failures so far plus one), its Shard and
+// Prev set; LeaseVersion is left for the caller (the shard's token).
 func (s *Store) ReadShards(ctx context.Context, db DB, owner string, reads []ShardRead, inFlight []int64, waiting []string, headsOnly bool) ([]Row, time.Time, error) {
 	n := len(reads)
 	shards, tokens, afters, limits := make([]int32, n), make([]int64, n), make([]int64, n), make([]int32, n)
@@ -60,15 +59,6 @@ func (s *Store) ReadShards(ctx context.Context, db DB, owner string, reads []Sha
 		out = append(out, r)
 	}
 	return out, now, translate(rows.Err())
-}
-
-// ReadsFromFront reads each of held from the front, up to perShard rows.
-func ReadsFromFront(held []ShardLease, perShard int) []ShardRead {
-	out := make([]ShardRead, len(held))
-	for i, l := range held {
-		out[i] = ShardRead{ShardLease: l, Limit: perShard}
-	}
-	return out
 }
 
 // FinalizeShards writes outcomes in one statement, fenced on each shard's
