@@ -122,8 +122,7 @@ type Config struct {
 	// [LeaseRows] (a lease written on each row when it is claimed) or
 	// [LeaseShards] (leases on whole shards of the table, which
 	// [Admin.EnableShards] sets up; each message is written once, when
-	// it is finalized). Shard leases deliver each aggregate in id order,
-	// as Ordered does, whatever Ordered says.
+	// it is finalized). Ordered means the same under both.
 	// Defaults to LeaseRows. See docs/shard-leases.md.
 	LeaseMode LeaseMode
 
@@ -192,9 +191,6 @@ func (c *Config) WithDefaults() *Config {
 	def(&out.RetryCap, RetryCapDefault)
 	if out.Table == "" {
 		out.Table = TableDefault
-	}
-	if out.LeaseMode == LeaseShards {
-		out.Ordered = true // what the mode does, said where the config is read
 	}
 	if out.LeaseMode == "" {
 		out.LeaseMode = LeaseRows

@@ -100,7 +100,7 @@ func ExampleConfig_ordered() {
 
 // Shard leases: the table is split into shards, each dispatcher holds a
 // fair share of them, and each message is written once, when its outcome
-// is. Each aggregate is delivered in id order.
+// is. With Ordered, each aggregate is delivered in id order.
 func ExampleAdmin_EnableShards() {
 	ctx := context.Background()
 	pool, table, drop := exampleTable(ctx, "shards")
@@ -121,7 +121,7 @@ func ExampleAdmin_EnableShards() {
 		return nil
 	})
 	d, err := outbox.NewDispatcher(pool, sink, &outbox.Config{
-		Table: table, LeaseMode: outbox.LeaseShards, Logger: slog.New(slog.DiscardHandler),
+		Table: table, LeaseMode: outbox.LeaseShards, Ordered: true, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -21,8 +22,10 @@ func shardBundle(t *testing.T, n int) *testBundle {
 	return b
 }
 
+// shardConfig is cfg under shard leases, ordered: the tests of this file
+// deliver each aggregate in order (TestShardLeasesUnordered* clear it).
 func shardConfig(cfg outbox.Config) *outbox.Config {
-	cfg.LeaseMode = outbox.LeaseShards
+	cfg.LeaseMode, cfg.Ordered = outbox.LeaseShards, true
 	return &cfg
 }
 
@@ -556,7 +559,7 @@ func TestShardLeasesAcceptHeartbeats(t *testing.T) {
 	require.NoError(t, c.WithDefaults().Validate())
 	c = shardConfig(outbox.Config{Lease: time.Second, PublishTimeout: 5 * time.Second})
 	require.NoError(t, c.WithDefaults().Validate(), "the renewal runs without a heartbeat interval too")
-	require.True(t, c.WithDefaults().Ordered, "shard leases deliver in order, and the config says so")
+	require.False(t, (&outbox.Config{LeaseMode: outbox.LeaseShards}).WithDefaults().Ordered, "Ordered means the same under both lease modes")
 	row := outbox.Config{Lease: time.Second, PublishTimeout: 5 * time.Second}
 	require.Error(t, row.WithDefaults().Validate(), "row leases without heartbeats still bound the publish")
 }
@@ -815,4 +818,61 @@ func TestShardLeasesIsolatedShardSkipsABlockedAggregate(t *testing.T) {
 	drain(t, b.dispatcher(t, rec.Sink(), shardConfig(outbox.Config{})))
 	require.Equal(t, free, rec.IDs())
 	require.Equal(t, 2, b.countStatus(t, "pending"), "held back behind the dead head")
+}
+
+// Unordered, a shard's messages go out concurrently, those of one
+// aggregate too, and a message that fails holds nothing back: the rest of
+// its aggregate is delivered while it waits for its retry.
+func TestShardLeasesUnorderedDeliverAnAggregateConcurrently(t *testing.T) {
+	t.Parallel()
+	b := shardBundle(t, 2)
+	ids := b.enqueueN(t, 60, "a")
+	const together = 4
+	var mu sync.Mutex
+	publishing, most := 0, 0
+	tried := map[int64]bool{}
+	var retriedAfter int // messages delivered after ids[10] failed, before its retry
+	failed := false
+	met, once := make(chan struct{}), sync.Once{}
+	giveUp, cancel := context.WithTimeout(t.Context(), 5*time.Second) // ordered, they never meet
+	defer cancel()
+	rec := newRecorder(func(_ context.Context, m *outbox.Message) error {
+		mu.Lock()
+		publishing++
+		most = max(most, publishing)
+		if publishing == together {
+			once.Do(func() { close(met) })
+		}
+		mu.Unlock()
+		select { // the first publishes wait for each other
+		case <-met:
+		case <-giveUp.Done():
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		publishing--
+		switch {
+		case m.ID == ids[10] && !tried[m.ID]:
+			tried[m.ID], failed = true, true
+			return errors.New("receiver busy")
+		case m.ID == ids[10]:
+			failed = false
+		case failed:
+			retriedAfter++
+		}
+		tried[m.ID] = true
+		return nil
+	})
+	cfg := shardConfig(outbox.Config{Workers: 8, BatchSize: 16, RetryBase: 200 * time.Millisecond, RetryCap: 200 * time.Millisecond})
+	cfg.Ordered = false
+	drain(t, b.dispatcher(t, rec.Sink(), cfg))
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.GreaterOrEqual(t, most, together, "messages of one aggregate in flight at once")
+	require.Positive(t, retriedAfter, "the aggregate went on while its failed message waited for its retry")
+	got := rec.IDs()
+	slices.Sort(got)
+	require.Equal(t, ids, slices.Compact(got), "each message delivered")
+	require.Equal(t, 60, b.countStatus(t, "done"))
 }

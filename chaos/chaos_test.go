@@ -294,17 +294,10 @@ func leaseMode(t *testing.T, s uint64) string {
 	return mode
 }
 
-// withLeaseMode runs cfg's workers in mode; under shard leases every group
-// is ordered, as the relay then is.
+// withLeaseMode runs cfg's workers in mode; each group keeps its order,
+// which means the same under both.
 func withLeaseMode(cfg runConfig, mode string) runConfig {
 	cfg.leaseMode = mode
-	if mode == leaseShard {
-		groups := append([]groupConfig(nil), cfg.groups...)
-		for i := range groups {
-			groups[i].ordered = true
-		}
-		cfg.groups = groups
-	}
 	return cfg
 }
 

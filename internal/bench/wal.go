@@ -10,16 +10,25 @@ import (
 )
 
 // cost reads what a drain costs beyond its time: the WAL the server wrote
-// and the CPU the relay used, from its start to its end.
+// and the CPU the relay and, on this machine, the server used, from its
+// start to its end.
 type cost struct {
 	pool    *pgxpool.Pool
 	table   *benchTable
 	walFrom string // "" when the WAL position cannot be read (a standby, a pooler)
 	cpuFrom time.Duration
+	// serverFrom is the server's processes' CPU at the start; nil when
+	// the server is not on this machine.
+	serverFrom map[int]time.Duration
 }
 
 func startCost(ctx context.Context, pool *pgxpool.Pool, t *benchTable) *cost {
 	c := &cost{pool: pool, table: t, cpuFrom: processCPU()}
+	if localServer(pool) {
+		if cpu, ok := serverCPU(); ok {
+			c.serverFrom = cpu
+		}
+	}
 	_ = pool.QueryRow(ctx, t.sql("wal_position.sql")).Scan(&c.walFrom)
 	return c
 }
@@ -36,6 +45,13 @@ func (c *cost) report(ctx context.Context, print func(format string, args ...any
 	}
 	print("WAL/msg          %s (the whole server's, while the drain ran)\n", wal)
 	print("relay CPU/msg    %.1f µs\n", float64(cpu.Microseconds())/float64(max(n, 1)))
+	server := "n/a (the server is not on this machine)"
+	if c.serverFrom != nil {
+		if d, ok := serverCPUSince(c.serverFrom); ok {
+			server = fmt.Sprintf("%.1f µs (every postgres process of this machine, while the drain ran)", float64(d.Microseconds())/float64(max(n, 1)))
+		}
+	}
+	print("server CPU/msg   %s\n", server)
 }
 
 // processCPU is the CPU time this process used so far, user and system.

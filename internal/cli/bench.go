@@ -76,7 +76,13 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	if o.latency {
 		sinkName = "http (local receiver)"
 	}
-	fmt.Fprintf(e.stdout, "outboxd bench on %s: sink %s, workers %d, batch %d\n", host, sinkName, o.rf.workers, cfg.WithDefaults().BatchSize)
+	eff := cfg.WithDefaults()
+	order := "unordered"
+	if eff.Ordered {
+		order = "ordered"
+	}
+	fmt.Fprintf(e.stdout, "outboxd bench on %s: sink %s, workers %d, batch %d, %s leases, %s\n",
+		host, sinkName, o.rf.workers, eff.BatchSize, eff.LeaseMode, order)
 	return bench.New(pool, &bench.Config{
 		Messages: o.messages, DoneRows: o.doneRows, Aggregates: o.aggs, Variant: o.variant,
 		Producers: o.producers, Rounds: o.rounds, Duration: o.duration,

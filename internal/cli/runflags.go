@@ -33,7 +33,7 @@ func (r *runFlags) register(fs *flag.FlagSet, defaultSink string) {
 	setsField(fs, "batch", "BatchSize")
 	fs.IntVar(&r.maxAttempts, "max-attempts", outbox.MaxAttemptsDefault, "claims per message before it goes dead")
 	setsField(fs, "max-attempts", "MaxAttempts")
-	fs.StringVar(&r.leaseMode, "lease-mode", string(outbox.LeaseRows), "row: a lease written on each claimed row; shard: leases on whole shards, one write per message (the table needs migrate --shards N; implies --ordered)")
+	fs.StringVar(&r.leaseMode, "lease-mode", string(outbox.LeaseRows), "row: a lease written on each claimed row; shard: leases on whole shards, one write per message (the table needs migrate --shards N)")
 	setsField(fs, "lease-mode", "LeaseMode")
 	fs.BoolVar(&r.ordered, "ordered", false, "deliver each aggregate_id in id order (only the head is claimable)")
 	setsField(fs, "ordered", "Ordered")

@@ -85,8 +85,7 @@ const (
 // Config is what the lease modes read of the dispatcher's configuration.
 type Config struct {
 	Kind Kind
-	// Ordered delivers each aggregate in id order under row leases
-	// (shard leases always do).
+	// Ordered delivers each aggregate in id order.
 	Ordered     bool
 	Owner       string
 	Lease       time.Duration

@@ -81,7 +81,9 @@ func (s *shardLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]s
 	var rows []store.Row
 	var now time.Time
 	if len(isolated) > 0 {
-		got, at, err := s.store.ReadShards(ctx, s.pool, s.cfg.Owner, reads(isolated, tokens, nil, 1), exclude, nil, true)
+		got, at, err := s.store.ReadShards(ctx, s.pool, store.ShardReadParams{
+			Owner: s.cfg.Owner, Reads: reads(isolated, tokens, nil, 1), InFlight: exclude, Ordered: s.cfg.Ordered, HeadsOnly: true,
+		})
 		if err != nil {
 			return nil, time.Time{}, err
 		}
@@ -118,7 +120,9 @@ func (s *shardLeases) readPlain(ctx context.Context, shards []int, tokens map[in
 		after, exclude := s.cursors.plan(shards, tokens, &s.flight, out, now, s.cfg.PollInterval, round == 0, sweep)
 		waiting := s.waiting.list(now)
 		s.mu.Unlock()
-		got, at, err := s.store.ReadShards(ctx, s.pool, s.cfg.Owner, reads(shards, tokens, after, limit), exclude, waiting, false)
+		got, at, err := s.store.ReadShards(ctx, s.pool, store.ShardReadParams{
+			Owner: s.cfg.Owner, Reads: reads(shards, tokens, after, limit), InFlight: exclude, Waiting: waiting, Ordered: s.cfg.Ordered,
+		})
 		if err != nil {
 			return nil, time.Time{}, err
 		}
@@ -230,14 +234,16 @@ func (s *shardLeases) Finalize(ctx context.Context, writes []store.RowWrite) ([]
 
 func (s *shardLeases) RenewEvery() time.Duration { return s.cfg.RenewEvery() }
 
-func (s *shardLeases) Ordered() bool { return true }
+func (s *shardLeases) Ordered() bool { return s.cfg.Ordered }
 
-func (s *shardLeases) Chained() bool { return true }
+// Chained: ordered, a read returns the queue of an aggregate, delivered
+// as a chain; unordered, every row it returns goes out at once.
+func (s *shardLeases) Chained() bool { return s.cfg.Ordered }
 
-// Undelivered does not count rows blocked behind a dead head: the shard
-// read never reads them.
+// Undelivered, ordered, does not count rows blocked behind a dead head:
+// the shard read never reads them.
 func (s *shardLeases) Undelivered(ctx context.Context) (bool, error) {
-	return s.store.Undelivered(ctx, s.pool, true)
+	return s.store.Undelivered(ctx, s.pool, s.cfg.Ordered)
 }
 
 // lease stamps each row with the token its shard had when it was read,
@@ -262,9 +268,9 @@ func (s *shardLeases) lease(rows []store.Row, tokens map[int]int64) []store.Row 
 
 // Settled forgets the ids of a finalized batch. A row written back
 // pending lies behind its shard's cursor: the shard is swept when it is
-// due again, and its aggregate is not read until then. The aggregate of a
-// row gone dead, or of one forgotten unwritten (its chain could not take
-// it), is not read until the next sweep, which looks again.
+// due again. Ordered, its aggregate is not read until then; the aggregate
+// of a row gone dead, or of one forgotten unwritten (its chain could not
+// take it), is not read until the next sweep, which looks again.
 func (s *shardLeases) Settled(writes []store.RowWrite) {
 	now := s.cfg.Clock.Now()
 	s.mu.Lock()
@@ -274,18 +280,25 @@ func (s *shardLeases) Settled(writes []store.RowWrite) {
 		if !ok || l.Token != w.LeaseVersion {
 			continue
 		}
-		agg := s.flight.aggs[w.ID]
-		switch w.Status {
-		case store.StatusPending:
+		if w.Status == store.StatusPending {
 			s.cursors.due(l.Shard, now.Add(w.Delay))
-			if w.Delay > 0 {
-				s.waiting.until(agg, now.Add(w.Delay))
-			}
-		case store.StatusDead, "":
-			s.waiting.until(agg, now.Add(s.cfg.PollInterval))
+		}
+		if s.cfg.Ordered {
+			s.waitFor(s.flight.aggs[w.ID], w, now)
 		}
 	}
 	s.flight.settle(writes)
+}
+
+// waitFor keeps the aggregate of a row settled as w from being read
+// while it waits: for the retry, or for the next sweep.
+func (s *shardLeases) waitFor(agg string, w store.RowWrite, now time.Time) {
+	switch {
+	case w.Status == store.StatusPending && w.Delay > 0:
+		s.waiting.until(agg, now.Add(w.Delay))
+	case w.Status == store.StatusDead || w.Status == "":
+		s.waiting.until(agg, now.Add(s.cfg.PollInterval))
+	}
 }
 
 // maintain renews the leases when due and, unless the run is stopping,

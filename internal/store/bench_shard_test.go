@@ -116,7 +116,7 @@ func shardStep(b *testing.B, st *store.Store, pool *pgxpool.Pool, owner string, 
 		for i := range held {
 			leases[i] = held[i].ShardLease
 		}
-		rows, _, err := st.ReadShards(ctx, pool, owner, store.ReadsFromFront(leases, perShard), nil, nil, false)
+		rows, _, err := st.ReadShards(ctx, pool, store.ShardReadParams{Owner: owner, Reads: store.ReadsFromFront(leases, perShard), Ordered: true})
 		if err != nil {
 			return 0, err
 		}

@@ -13,27 +13,42 @@ type ShardRead struct {
 	Limit int
 }
 
+// ShardReadParams is one read of held shards (see ReadShards).
+type ShardReadParams struct {
+	Owner string
+	Reads []ShardRead
+	// InFlight are ids not to return (in flight above a position that is
+	// behind); Waiting, aggregates none of whose rows to return.
+	InFlight []int64
+	Waiting  []string
+	// Ordered returns each row with the previous unfinished row of its
+	// aggregate (Row.Prev) and skips the rows whose previous one is dead
+	// or not due; with HeadsOnly too, every row with an earlier unfinished
+	// one. Unordered, a row's aggregate is not looked at.
+	Ordered   bool
+	HeadsOnly bool
+}
+
 // ReadShards returns, per shard, up to its limit of pending rows after its
-// position, oldest first, skipping the ids in inFlight, the aggregates
-// waiting and the rows whose previous unfinished row is dead or not due;
-// with headsOnly, every row with an earlier unfinished one
-// (sql/shard_read.sql). It locks and writes nothing, and reads only the
-// shards owner still holds under the tokens given. Each row's Attempts is
-// the delivery about to be made (failures so far plus one), its Shard and
-// Prev set; LeaseVersion is left for the caller (the shard's token).
-func (s *Store) ReadShards(ctx context.Context, db DB, owner string, reads []ShardRead, inFlight []int64, waiting []string, headsOnly bool) ([]Row, time.Time, error) {
-	n := len(reads)
+// position, oldest first, skipping what p excludes (sql/shard_read.sql).
+// It locks and writes nothing, and reads only the shards p.Owner still
+// holds under the tokens given. Each row's Attempts is the delivery about
+// to be made (failures so far plus one), its Shard and, ordered, Prev
+// set; LeaseVersion is left for the caller (the shard's token).
+func (s *Store) ReadShards(ctx context.Context, db DB, p ShardReadParams) ([]Row, time.Time, error) {
+	n := len(p.Reads)
 	shards, tokens, afters, limits := make([]int32, n), make([]int64, n), make([]int64, n), make([]int32, n)
-	for i, r := range reads {
+	for i, r := range p.Reads {
 		shards[i], tokens[i], afters[i], limits[i] = int32(r.Shard), r.Token, r.After, int32(r.Limit)
 	}
+	inFlight, waiting := p.InFlight, p.Waiting
 	if inFlight == nil {
 		inFlight = []int64{}
 	}
 	if waiting == nil {
 		waiting = []string{}
 	}
-	rows, err := db.Query(ctx, s.shards.read, shards, tokens, afters, limits, ownerText(owner), inFlight, waiting, headsOnly)
+	rows, err := db.Query(ctx, s.shards.read, shards, tokens, afters, limits, ownerText(p.Owner), inFlight, waiting, p.HeadsOnly, p.Ordered)
 	if err != nil {
 		return nil, time.Time{}, translate(err)
 	}

@@ -64,7 +64,7 @@ func doneWrites(leases []store.AcquiredShard, rows []store.Row) []store.RowWrite
 
 func (b *testBundle) readShards(t *testing.T, owner string, held []store.AcquiredShard, inFlight []int64, perShard int) []store.Row {
 	t.Helper()
-	rows, _, err := b.st.ReadShards(t.Context(), b.pool, owner, store.ReadsFromFront(leasesOf(held), perShard), inFlight, nil, false)
+	rows, _, err := b.st.ReadShards(t.Context(), b.pool, store.ShardReadParams{Owner: owner, Reads: store.ReadsFromFront(leasesOf(held), perShard), InFlight: inFlight, Ordered: true})
 	require.NoError(t, err)
 	return rows
 }
@@ -348,7 +348,7 @@ func (b *testBundle) explainRead(t *testing.T, explain string, shards []int32, t
 	for i := range shards {
 		tokens[i], limits[i] = token, limit
 	}
-	rows, err := tx.Query(t.Context(), explain+" "+b.st.ShardReadSQL(), shards, tokens, after, limits, "A", []int64{}, []string{}, false)
+	rows, err := tx.Query(t.Context(), explain+" "+b.st.ShardReadSQL(), shards, tokens, after, limits, "A", []int64{}, []string{}, false, true)
 	require.NoError(t, err)
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
@@ -357,7 +357,7 @@ func (b *testBundle) explainRead(t *testing.T, explain string, shards []int32, t
 
 // A read returns a prefix of the shard's queue, each row with the one
 // before it in its aggregate; an aggregate whose head backs off or is dead
-// is not read at all, other aggregates are.
+// is not read at all, other aggregates are. Unordered, every due row is.
 func TestShardReadPrefix(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -371,7 +371,7 @@ func TestShardReadPrefix(t *testing.T) {
 	require.Equal(t, []int64{ids[1], ids[2], ids[3]}, rowIDs(b.readShards(t, "A", a, []int64{ids[0]}, 10)), "in flight, skipped")
 
 	read := func(after int64) []int64 {
-		got, _, err := b.st.ReadShards(t.Context(), b.pool, "A", []store.ShardRead{{ShardLease: a[0].ShardLease, After: after, Limit: 10}}, nil, nil, false)
+		got, _, err := b.st.ReadShards(t.Context(), b.pool, store.ShardReadParams{Owner: "A", Reads: []store.ShardRead{{ShardLease: a[0].ShardLease, After: after, Limit: 10}}, Ordered: true})
 		require.NoError(t, err)
 		return rowIDs(got)
 	}
@@ -387,12 +387,18 @@ func TestShardReadPrefix(t *testing.T) {
 
 	b.exec(t, "UPDATE {{table}} SET status = 'dead' WHERE id = $1", ids[0])
 	require.Equal(t, []int64{ids[2], ids[3]}, read(0), "a dead row holds the row after it")
-	got, _, err := b.st.ReadShards(t.Context(), b.pool, "A", []store.ShardRead{{ShardLease: a[0].ShardLease, Limit: 10}}, nil, []string{"x"}, false)
+	got, _, err := b.st.ReadShards(t.Context(), b.pool, store.ShardReadParams{Owner: "A", Reads: []store.ShardRead{{ShardLease: a[0].ShardLease, Limit: 10}}, Waiting: []string{"x"}, Ordered: true})
 	require.NoError(t, err)
 	require.Equal(t, []int64{ids[2]}, rowIDs(got), "an aggregate known to wait is not read")
-	got, _, err = b.st.ReadShards(t.Context(), b.pool, "A", []store.ShardRead{{ShardLease: a[0].ShardLease, Limit: 10}}, nil, nil, true)
+	got, _, err = b.st.ReadShards(t.Context(), b.pool, store.ShardReadParams{Owner: "A", Reads: []store.ShardRead{{ShardLease: a[0].ShardLease, Limit: 10}}, Ordered: true, HeadsOnly: true})
 	require.NoError(t, err)
 	require.Equal(t, []int64{ids[2]}, rowIDs(got), "heads only: x3 follows x1, which waits behind the dead x0")
+	for _, headsOnly := range []bool{false, true} {
+		got, _, err = b.st.ReadShards(t.Context(), b.pool, store.ShardReadParams{Owner: "A", Reads: []store.ShardRead{{ShardLease: a[0].ShardLease, Limit: 10}}, HeadsOnly: headsOnly})
+		require.NoError(t, err)
+		require.Equal(t, []int64{ids[1], ids[2], ids[3]}, rowIDs(got), "unordered, a dead row holds nothing back (heads only: %v)", headsOnly)
+		require.Equal(t, []int64{0, 0, 0}, prevs(got), "unordered, a row's aggregate is not looked at")
+	}
 	b.exec(t, "UPDATE {{table}} SET status = 'done' WHERE id = $1", ids[0])
 	require.Equal(t, []int64{ids[1], ids[2], ids[3]}, read(0))
 }
@@ -452,7 +458,7 @@ func TestShardReadWorkIsBoundedByTheBatch(t *testing.T) {
 			first = work
 		}
 		last = work
-		rows, _, err := b.st.ReadShards(t.Context(), b.pool, "A", []store.ShardRead{{ShardLease: lease, After: pos, Limit: batch}}, nil, nil, false)
+		rows, _, err := b.st.ReadShards(t.Context(), b.pool, store.ShardReadParams{Owner: "A", Reads: []store.ShardRead{{ShardLease: lease, After: pos, Limit: batch}}, Ordered: true})
 		require.NoError(t, err)
 		require.Len(t, rows, batch)
 		require.Equal(t, rows[0].ID-1, rows[0].Prev, "chained to the row before, in flight")

@@ -18,7 +18,9 @@
 -- shard, $5 owner, $6 ids in flight above their shard's position, $7
 -- aggregates waiting, $8 heads only (no earlier unfinished row at all: an
 -- isolated shard, read with nothing of it in flight, can deliver nothing
--- else, and a row it could not deliver would be read again and again).
+-- else, and a row it could not deliver would be read again and again), $9
+-- ordered (unordered, no row's aggregate is looked at: prev is null, and
+-- the probe's one-time filter keeps it from touching the index).
 --
 -- The shard is matched as a range of one, not with =: an equality makes
 -- the planner drop shard from the ORDER BY, and "ORDER BY id" alone is
@@ -34,7 +36,7 @@ JOIN {{shards}} AS h ON h.shard = s.shard AND h.token = s.token AND h.owner = $5
      LATERAL (SELECT o.*, prev.id AS prev_id
               FROM {{table}} AS o
               LEFT JOIN LATERAL (SELECT p.id, p.status, p.available_at FROM {{table}} AS p
-                                 WHERE p.aggregate_id = o.aggregate_id AND p.status <> 'done' AND p.id < o.id
+                                 WHERE $9 AND p.aggregate_id = o.aggregate_id AND p.status <> 'done' AND p.id < o.id
                                  ORDER BY p.id DESC LIMIT 1) AS prev ON true
               WHERE o.shard >= s.shard AND o.shard <= s.shard AND o.status = 'pending'
                 AND o.id > s.after AND o.available_at <= now() AND o.id <> ALL ($6::bigint[])
