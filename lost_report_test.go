@@ -62,7 +62,7 @@ func TestFinalizeRetriedAfterLostReplyReportsNoLostLease(t *testing.T) {
 	b := setup(t)
 	ids := b.enqueueN(t, 3, "a")
 
-	cut := &replyCutter{marker: []byte("AS r(id, version, status, delay_us, refund, last_error, born)")}
+	cut := &replyCutter{marker: []byte("AS r(id, version, status, delay_us, refund, last_error, born, fenced)")}
 	cfg, err := pgxpool.ParseConfig(testdb.DSN(t))
 	require.NoError(t, err)
 	// Exec mode sends every statement's text, so the cutter can see which

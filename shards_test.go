@@ -636,6 +636,18 @@ func TestShardLeasesStatusShowsInFlight(t *testing.T) {
 // within a poll interval while the dispatcher stays busy.
 func TestShardLeasesDeliverALateCommit(t *testing.T) {
 	t.Parallel()
+	testDeliverALateCommit(t, func(t *testing.T) *testBundle { return shardBundle(t, 1) }, shardConfig)
+}
+
+// The same under row leases, whose claims start a little behind the rows
+// claimed last in the ready queue (available_at, id): the late row's
+// available_at, its transaction's start, is before every row delivered.
+func TestRowLeasesDeliverALateCommit(t *testing.T) {
+	t.Parallel()
+	testDeliverALateCommit(t, func(t *testing.T) *testBundle { return setup(t) }, func(cfg outbox.Config) *outbox.Config { return &cfg })
+}
+
+func testDeliverALateCommit(t *testing.T, bundle func(*testing.T) *testBundle, config func(outbox.Config) *outbox.Config) {
 	for _, tc := range []struct {
 		name     string
 		poll     time.Duration
@@ -647,13 +659,13 @@ func TestShardLeasesDeliverALateCommit(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b := shardBundle(t, 1)
+			b := bundle(t)
 			if !tc.notified {
 				b.exec(t, "DROP TRIGGER "+pgx.Identifier{"outbox_wake"}.Sanitize()+" ON "+b.quoted)
 			}
 			rec := newRecorder(nil)
 			sig := newSignals()
-			d := b.dispatcher(t, rec.Sink(), shardConfig(outbox.Config{PollInterval: tc.poll, Hook: sig}))
+			d := b.dispatcher(t, rec.Sink(), config(outbox.Config{PollInterval: tc.poll, Hook: sig}))
 			if tc.notified {
 				start(t, d)
 				waitIdle(t, sig)

@@ -32,6 +32,9 @@ type rowLeases struct {
 
 	buf []store.Row // the claim's rows, reused: the fetcher hands them on before it claims again
 
+	// queue is where an unordered claim starts in the ready queue.
+	queue queueCursor
+
 	// unsure is set when a claim failed: it may have committed with its
 	// reply lost, its rows processing under this owner without the
 	// dispatcher knowing. They are given back before the next claim.
@@ -53,8 +56,13 @@ func (m *rowLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]sto
 	if err := m.giveBackLost(ctx); err != nil {
 		return nil, time.Time{}, err
 	}
-	rows, now, err := m.store.Claim(ctx, m.db, m.params(batch, clearWait), m.buf)
+	p := m.params(batch, clearWait)
+	p.After = m.queue.from(m.cfg.Clock.Now(), m.cfg.PollInterval, clearWait)
+	rows, now, err := m.store.Claim(ctx, m.db, p, m.buf)
 	m.unsure = err != nil
+	if err == nil {
+		m.queue.claimed(batch, rows)
+	}
 	m.buf = rows[:0]
 	return rows, now, err
 }
@@ -74,6 +82,7 @@ func (m *rowLeases) giveBackLost(ctx context.Context) error {
 	}
 	m.unsure = false
 	if len(released) > 0 {
+		m.queue.sweepNext = true // pending again where they were
 		m.log.WarnContext(ctx, "gave back the rows of a claim whose reply was lost: pending again, attempt refunded",
 			slog.Int("rows", len(released)), slog.Int64("first_id", slices.Min(released)))
 	}
@@ -118,8 +127,10 @@ func (m *rowLeases) Ordered() bool { return false }
 
 func (m *rowLeases) Chained() bool { return false }
 
-// Sweep does nothing: a row claim always reads from the front.
-func (m *rowLeases) Sweep() {}
+// Sweep makes the next claim sweep the ready queue from the front: the
+// fetcher just registered as a waiter, and a commit made while it was not
+// registered notified nobody and may lie behind the rows claimed.
+func (m *rowLeases) Sweep() { m.queue.sweepNext = true }
 
 func (m *rowLeases) Undelivered(ctx context.Context) (bool, error) {
 	return m.store.Undelivered(ctx, m.pool, m.Ordered())

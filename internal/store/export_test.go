@@ -40,3 +40,6 @@ func ReadsFromFront(held []ShardLease, perShard int) []ShardRead {
 	}
 	return out
 }
+
+// HeartbeatSQL returns the heartbeat statement, for plan tests.
+func (s *Store) HeartbeatSQL() string { return s.heartbeat }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 //go:embed sql/*.sql migration/*.sql
@@ -204,6 +205,34 @@ type Row struct {
 	// Prev is, under shard leases, the id of the previous unfinished row
 	// of the row's aggregate (0: none): the row goes out after it.
 	Prev int64
+	// Ready is, for a row an unordered row claim took from the ready
+	// queue, its place there; zero otherwise (an expired lease claimed
+	// again, another claim).
+	Ready Position
+}
+
+// Position is a place in the ready queue, which is ordered by
+// (available_at, id). The zero Position is before every row.
+type Position struct {
+	At time.Time
+	ID int64
+}
+
+// IsZero reports whether p is the front of the queue.
+func (p Position) IsZero() bool { return p.At.IsZero() && p.ID == 0 }
+
+// Less reports whether p comes before q.
+func (p Position) Less(q Position) bool {
+	return p.At.Before(q.At) || p.At.Equal(q.At) && p.ID < q.ID
+}
+
+// at is the position's available_at as the claim takes it: the front is
+// -infinity, before any time a row may hold.
+func (p Position) at() pgtype.Timestamptz {
+	if p.IsZero() {
+		return pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	}
+	return pgtype.Timestamptz{Time: p.At, Valid: true}
 }
 
 func (r *Row) setUID(text *string) {
@@ -230,6 +259,10 @@ type ClaimParams struct {
 	Ordered     bool
 	// ClearWait drops the owner's waiter row in the same statement.
 	ClearWait bool
+	// After is where an unordered claim starts in the ready queue: the
+	// rows after it (the zero Position: every row). Expired leases are
+	// claimed wherever they are.
+	After Position
 	// Cursor is where an ordered claim's sweep over aggregates resumes
 	// (ClaimOrdered): after the aggregate it points to, or at the first
 	// aggregate when nil. A pointer, because '' is an aggregate_id like any
@@ -247,7 +280,8 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams, buf []Row) ([]R
 		rows, now, _, err := s.ClaimOrdered(ctx, db, p, buf)
 		return rows, now, err
 	}
-	rows, err := db.Query(ctx, s.claim, ownerText(p.Owner), p.Batch, p.Lease.Microseconds(), p.MaxAttempts, p.ClearWait)
+	rows, err := db.Query(ctx, s.claim, ownerText(p.Owner), p.Batch, p.Lease.Microseconds(), p.MaxAttempts, p.ClearWait,
+		p.After.at(), p.After.ID)
 	if err != nil {
 		return nil, time.Time{}, translate(err)
 	}
@@ -258,9 +292,13 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams, buf []Row) ([]R
 		var r Row
 		var payload string
 		var headers, uid *string
+		var ready pgtype.Timestamptz
 		if err := rows.Scan(&r.ID, &r.AggregateType, &r.AggregateID, &r.EventType, &payload,
-			&r.CreatedAt, &r.Attempts, &r.LeaseVersion, &headers, &uid, &now); err != nil {
+			&r.CreatedAt, &r.Attempts, &r.LeaseVersion, &headers, &uid, &now, &ready); err != nil {
 			return nil, time.Time{}, translate(err)
+		}
+		if ready.Valid && ready.InfinityModifier == pgtype.Finite {
+			r.Ready = Position{At: ready.Time, ID: r.ID}
 		}
 		r.Payload = []byte(payload)
 		r.setHeaders(headers)

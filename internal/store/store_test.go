@@ -1143,3 +1143,31 @@ func TestBlockedAggregates(t *testing.T) {
 	require.EqualValues(t, 3, got.Messages)
 	require.Equal(t, []store.BlockedAggregate{{AggregateID: "a", DeadID: ids[0], Waiting: 2}}, got.List, "the oldest dead head first, up to the limit")
 }
+
+// An unordered claim starts after a position in the ready queue, and
+// says where each row it took from the queue was; an expired lease is
+// claimed again wherever it is, with no position.
+func TestClaimAfterAPosition(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.enqueueN(t, 5)
+	first := b.claim(t, store.ClaimParams{Owner: "w", Batch: 2})
+	require.Equal(t, ids[:2], rowIDs(first))
+	at := b.row(t, ids[0]).AvailableAt
+	require.Equal(t, ids[0], first[0].Ready.ID)
+	require.True(t, first[0].Ready.At.Equal(at), "the row's available_at")
+	require.True(t, first[0].Ready.Less(first[1].Ready))
+
+	rest := b.claim(t, store.ClaimParams{Owner: "w", Batch: 2, After: first[1].Ready})
+	require.Equal(t, ids[2:4], rowIDs(rest), "after the position")
+
+	// Behind the position, pending again (a claim whose reply was lost,
+	// given back): not claimed from there, claimed from the front.
+	b.exec(t, "UPDATE {{table}} SET status = 'pending', lease_owner = NULL, lease_until = NULL WHERE id = $1", ids[1])
+	b.expireNow(t, ids[0])
+	got := b.claim(t, store.ClaimParams{Owner: "w", After: rest[1].Ready})
+	require.Equal(t, []int64{ids[0], ids[4]}, rowIDs(got), "the expired lease and the row after the position")
+	require.True(t, got[0].Ready.IsZero(), "an expired lease has no place in the queue")
+	require.Equal(t, ids[4], got[1].Ready.ID)
+	require.Equal(t, []int64{ids[1]}, rowIDs(b.claim(t, store.ClaimParams{Owner: "w"})), "from the front")
+}

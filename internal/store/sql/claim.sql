@@ -1,6 +1,18 @@
 -- Claim: reap, then take up to $2 rows, in one statement and one commit.
 -- $1 owner, $2 batch, $3 lease (microseconds), $4 max attempts,
--- $5 whether to clear this owner's waiter row (it just woke up).
+-- $5 whether to clear this owner's waiter row (it just woke up),
+-- $6 and $7 the position (available_at, id) in the ready queue the claim
+-- starts after ('-infinity', 0: the front).
+--
+-- The position is the dispatcher's: a little behind the rows it claimed
+-- last (see internal/lease), so the claim does not walk again the index
+-- entries those rows left behind. Each claim leaves the entries of its rows
+-- in the ready index until they are vacuumed, and while any snapshot older
+-- than the claim is open (a long transaction, a replica's query with
+-- hot_standby_feedback) no scan may mark them dead: a claim from the front
+-- would walk the entries of every row claimed since that snapshot was
+-- taken. The dispatcher starts from the front now and then, for the rows
+-- that commit behind its position.
 --
 -- The two sources are separate index-driven scans on purpose: one
 -- "pending OR expired ORDER BY id" predicate is planned as a primary-key walk
@@ -16,6 +28,7 @@ expired AS (
 ready AS (
     SELECT o.id FROM {{table}} AS o
     WHERE o.status = 'pending' AND o.available_at <= now()
+      AND (o.available_at, o.id) > ($6::timestamptz, $7::bigint)
     ORDER BY o.available_at, o.id
     LIMIT greatest($2 - (SELECT count(*) FROM expired), 0)
     FOR UPDATE SKIP LOCKED
@@ -30,4 +43,6 @@ SET status = 'processing',
 -- against the CTEs is planned as a hash join over the whole table.
 WHERE o.id = ANY (ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM ready))
 RETURNING o.id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload::text,
-          o.created_at, o.attempts, o.lease_version, o.headers::text, o.uid::text, now()
+          o.created_at, o.attempts, o.lease_version, o.headers::text, o.uid::text, now(),
+          -- the row's place in the ready queue; null for an expired lease
+          CASE WHEN o.id <> ALL (ARRAY(SELECT id FROM expired)) THEN o.available_at END

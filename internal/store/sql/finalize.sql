@@ -20,13 +20,19 @@ SET status = r.status,
     done_at = CASE WHEN r.status = 'done' THEN now() END,
     lease_owner = NULL,
     lease_until = NULL
-FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::bigint[], $6::integer[], $7::text[], $8::timestamptz[])
-     AS r(id, version, status, delay_us, refund, last_error, born)
--- The = ANY probe pins the plan to primary-key lookups whatever the
--- statistics say about how many rows are processing.
-WHERE o.id = ANY ($2::bigint[])
-  AND o.id = r.id
-  AND o.status = 'processing'
+FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::bigint[], $6::integer[], $7::text[], $8::timestamptz[],
+            array_fill('processing'::text, ARRAY[cardinality($2::bigint[])]))
+     AS r(id, version, status, delay_us, refund, last_error, born, fenced)
+-- The status to fence on comes with each write, not as the constant
+-- 'processing': compared with the constant, the statement may be planned
+-- as a walk of the partial index of processing rows filtered by id, and
+-- while a snapshot older than the rows' claims is open anywhere (a long
+-- transaction), no scan may mark the entries of the rows finalized since
+-- as dead, so each statement would walk them all. A status the planner
+-- cannot see keeps that index out, and the plan finds each row by its
+-- id, one primary-key probe per write (TestPlansUsePartialIndexes).
+WHERE o.id = r.id
+  AND o.status = r.fenced
   AND o.lease_version = r.version
   AND o.lease_owner = $1
   AND (r.born IS NULL OR o.created_at = r.born)
