@@ -18,7 +18,7 @@ func BenchmarkDrain(b *testing.B) {
 		name    string
 		ordered bool
 		shards  bool
-	}{{"Unordered", false, false}, {"Ordered", true, false}, {"Shards", true, true}} {
+	}{{"Unordered", false, false}, {"Ordered", true, false}, {"Shards", true, true}, {"ShardsUnordered", false, true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			bundle := setup(b)
 			mode := outbox.LeaseRows

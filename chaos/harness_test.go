@@ -224,8 +224,8 @@ type runConfig struct {
 	// outcome (a scenario run with --max-attempts 1), not falsely dead.
 	allowReap bool
 	// leaseMode is the workers' --lease-mode: leaseRow ("") or
-	// leaseShard, whose tables get shardCount shards and every group
-	// delivers in order.
+	// leaseShard, whose tables get shardCount shards; each group keeps
+	// its order (ordered or not), which means the same in both modes.
 	leaseMode string
 }
 
