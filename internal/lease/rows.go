@@ -32,8 +32,10 @@ type rowLeases struct {
 
 	buf []store.Row // the claim's rows, reused: the fetcher hands them on before it claims again
 
-	// queue is where an unordered claim starts in the ready queue.
-	queue queueCursor
+	// queue is where an unordered claim starts in the ready queue;
+	// expiry, which expired leases a claim looks for.
+	queue  queueCursor
+	expiry expiryWatch
 
 	// unsure is set when a claim failed: it may have committed with its
 	// reply lost, its rows processing under this owner without the
@@ -46,9 +48,10 @@ func newRowLeases(st *store.Store, pool *pgxpool.Pool, cfg Config, cb Callbacks,
 	return &rowLeases{store: st, pool: pool, db: pool, cfg: cfg, cb: cb, log: log, leases: leases}
 }
 
-func (m *rowLeases) params(batch int, clearWait bool) store.ClaimParams {
+func (m *rowLeases) params(batch int, clearWait bool, now time.Time) store.ClaimParams {
 	return store.ClaimParams{
 		Owner: m.cfg.Owner, Batch: batch, Lease: m.cfg.Lease, MaxAttempts: m.cfg.MaxAttempts, ClearWait: clearWait,
+		Expired: m.expiry.next(now),
 	}
 }
 
@@ -56,15 +59,29 @@ func (m *rowLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]sto
 	if err := m.giveBackLost(ctx); err != nil {
 		return nil, time.Time{}, err
 	}
-	p := m.params(batch, clearWait)
-	p.After = m.queue.from(m.cfg.Clock.Now(), m.cfg.PollInterval, clearWait)
+	start := m.cfg.Clock.Now()
+	p := m.params(batch, clearWait, start)
+	p.After = m.queue.from(start, m.cfg.PollInterval, clearWait)
 	rows, now, err := m.store.Claim(ctx, m.db, p, m.buf)
 	m.unsure = err != nil
 	if err == nil {
 		m.queue.claimed(batch, rows)
+		expired := 0
+		for _, r := range rows {
+			if r.Ready.IsZero() {
+				expired++
+			}
+		}
+		m.looked(p, start, now, expired)
 	}
 	m.buf = rows[:0]
 	return rows, now, err
+}
+
+// looked records which expired leases a claim that began at start looked
+// for.
+func (m *rowLeases) looked(p store.ClaimParams, start, dbNow time.Time, expired int) {
+	m.expiry.looked(p.Expired, start, dbNow, m.cfg.PollInterval, m.cfg.Lease, expired, p.Batch)
 }
 
 // giveBackLost gives back, after a failed claim, the rows that claim took
@@ -153,11 +170,15 @@ func (m *orderedRowLeases) Claim(ctx context.Context, batch int, clearWait bool)
 	if err := m.giveBackLost(ctx); err != nil {
 		return nil, time.Time{}, err
 	}
-	p := m.params(batch, clearWait)
+	start := m.cfg.Clock.Now()
+	p := m.params(batch, clearWait, start)
 	p.Cursor = m.cursor
 	rows, now, cursor, err := m.store.ClaimOrdered(ctx, m.db, p, m.buf)
 	if err == nil {
 		m.cursor = cursor
+		// The reap is all an ordered claim looks for: its heads with an
+		// expired lease are found by the walk over the aggregates.
+		m.looked(p, start, now, 0)
 	}
 	m.unsure = err != nil
 	m.buf = rows[:0]

@@ -29,7 +29,7 @@ func TestClaimOrderedIgnoresBacklogBehindHeads(t *testing.T) {
 	_, err = b.pool.Exec(ctx, "ANALYZE "+q)
 	require.NoError(t, err)
 
-	text, plan := explainAnalyze(t, b, b.st.ClaimSQL(true), "'w', 100, 60000000, 12, false, '', true, 1000")
+	text, plan := explainAnalyze(t, b, b.st.ClaimSQL(true), "'w', 100, 60000000, 12, false, '', true, 1000, '-infinity'")
 	rowsRead := 0
 	plan.walk(func(n *planNode) {
 		if n.RelationName == b.st.Table.Name {

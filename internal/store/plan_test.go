@@ -115,14 +115,14 @@ func TestPlansUsePartialIndexes(t *testing.T) {
 			name: "Claim",
 			sql:  b.st.ClaimSQL(false),
 			// owner, batch, lease (30 s in µs), max attempts, clear wait,
-			// the position to start after (the front).
-			args: "'planner', 50, 30000000, 12, false, '-infinity', 0",
+			// the position to start after (the front), expired since.
+			args: "'planner', 50, 30000000, 12, false, '-infinity', 0, '-infinity'",
 			want: []string{name + "_ready", name + "_leased"},
 		},
 		{
 			name: "ClaimAfterAPosition",
 			sql:  b.st.ClaimSQL(false),
-			args: "'planner', 50, 30000000, 12, false, now() - interval '1 minute', 200500",
+			args: "'planner', 50, 30000000, 12, false, now() - interval '1 minute', 200500, now() - interval '1 second'",
 			want: []string{name + "_ready", name + "_leased"},
 			// the ready index is entered at the position
 			cond: `\(ROW\(available_at, id\) > ROW\(`,
@@ -131,7 +131,7 @@ func TestPlansUsePartialIndexes(t *testing.T) {
 			name: "ClaimOrdered",
 			sql:  b.st.ClaimSQL(true),
 			// ... clear wait, cursor, from the start, most aggregates to visit.
-			args: "'planner', 50, 30000000, 12, false, '', true, 1000",
+			args: "'planner', 50, 30000000, 12, false, '', true, 1000, '-infinity'",
 			// Heads come from a skip scan of the unfinished-rows index.
 			want: []string{name + "_leased", name + "_aggregate_head"},
 		},

@@ -70,8 +70,9 @@ func newStore(t Table) *Store {
 	// Templates are assembled before the names go in: a name may contain
 	// "{{reap}}" itself.
 	reap := strings.TrimSuffix(strings.TrimSpace(stripComments(rawSQL("sql/reap.sql"))), ",") + ","
-	claim := strings.ReplaceAll(rawSQL("sql/claim.sql"), "{{reap}}", reap)
-	claimOrdered := strings.ReplaceAll(rawSQL("sql/claim_ordered.sql"), "{{reap}}", reap)
+	reapAs := func(since string) string { return strings.ReplaceAll(reap, "{{expired_since}}", since) }
+	claim := strings.ReplaceAll(rawSQL("sql/claim.sql"), "{{reap}}", reapAs("$8::timestamptz"))
+	claimOrdered := strings.ReplaceAll(rawSQL("sql/claim_ordered.sql"), "{{reap}}", reapAs("$9::timestamptz"))
 	return &Store{
 		Table:            t,
 		claim:            r.Replace(claim),
@@ -263,11 +264,31 @@ type ClaimParams struct {
 	// rows after it (the zero Position: every row). Expired leases are
 	// claimed wherever they are.
 	After Position
+	// Expired is which expired leases the claim looks for, to claim them
+	// again or, with no attempt left, to send their rows dead.
+	Expired ExpiredLeases
 	// Cursor is where an ordered claim's sweep over aggregates resumes
 	// (ClaimOrdered): after the aggregate it points to, or at the first
 	// aggregate when nil. A pointer, because '' is an aggregate_id like any
 	// other and cannot also mean "start over".
 	Cursor *string
+}
+
+// ExpiredLeases bounds a claim's look for expired leases: none with
+// Skip, else those that ran out at or after Since (the zero time: all).
+type ExpiredLeases struct {
+	Skip  bool
+	Since time.Time
+}
+
+func (e ExpiredLeases) since() pgtype.Timestamptz {
+	switch {
+	case e.Skip:
+		return pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
+	case e.Since.IsZero():
+		return pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	}
+	return pgtype.Timestamptz{Time: e.Since, Valid: true}
 }
 
 // Claim reaps expired rows that used up their attempts, then leases up to
@@ -281,7 +302,7 @@ func (s *Store) Claim(ctx context.Context, db DB, p ClaimParams, buf []Row) ([]R
 		return rows, now, err
 	}
 	rows, err := db.Query(ctx, s.claim, ownerText(p.Owner), p.Batch, p.Lease.Microseconds(), p.MaxAttempts, p.ClearWait,
-		p.After.at(), p.After.ID)
+		p.After.at(), p.After.ID, p.Expired.since())
 	if err != nil {
 		return nil, time.Time{}, translate(err)
 	}
@@ -356,7 +377,7 @@ func (s *Store) claimOrderedOnce(ctx context.Context, db DB, p ClaimParams, curs
 		after = *cursor
 	}
 	rows, err := db.Query(ctx, s.claimOrdered, ownerText(p.Owner), p.Batch, p.Lease.Microseconds(), p.MaxAttempts,
-		p.ClearWait, after, cursor == nil, orderedMaxVisit(p.Batch))
+		p.ClearWait, after, cursor == nil, orderedMaxVisit(p.Batch), p.Expired.since())
 	if err != nil {
 		return nil, time.Time{}, nil, translate(err)
 	}

@@ -1171,3 +1171,24 @@ func TestClaimAfterAPosition(t *testing.T) {
 	require.Equal(t, ids[4], got[1].Ready.ID)
 	require.Equal(t, []int64{ids[1]}, rowIDs(b.claim(t, store.ClaimParams{Owner: "w"})), "from the front")
 }
+
+// A claim looks for expired leases only among those that ran out since
+// the time it is given, or not at all; the reap of rows with no attempt
+// left too.
+func TestClaimLooksForExpiredLeasesSince(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.enqueueN(t, 4)
+	require.Len(t, b.claim(t, store.ClaimParams{Owner: "w"}), 4)
+	b.expireNow(t, ids[0])
+	b.exec(t, "UPDATE {{table}} SET lease_until = now() - interval '1 hour' WHERE id = $1", ids[1])
+	b.exec(t, "UPDATE {{table}} SET lease_until = now() - interval '1 hour', attempts = 3 WHERE id = $1", ids[2])
+	recent := b.dbNow(t).Add(-time.Minute)
+
+	require.Empty(t, b.claim(t, store.ClaimParams{Owner: "w", MaxAttempts: 3, Expired: store.ExpiredLeases{Skip: true}}))
+	require.Equal(t, []int64{ids[0]}, rowIDs(b.claim(t, store.ClaimParams{Owner: "w", MaxAttempts: 3, Expired: store.ExpiredLeases{Since: recent}})),
+		"the lease that ran out in the last minute")
+	require.Equal(t, "processing", b.row(t, ids[2]).Status, "ran out before: not reaped")
+	require.Equal(t, []int64{ids[1]}, rowIDs(b.claim(t, store.ClaimParams{Owner: "w", MaxAttempts: 3})), "all of them")
+	require.Equal(t, "dead", b.row(t, ids[2]).Status)
+}

@@ -2,7 +2,8 @@
 -- $1 owner, $2 batch, $3 lease (microseconds), $4 max attempts,
 -- $5 whether to clear this owner's waiter row (it just woke up),
 -- $6 and $7 the position (available_at, id) in the ready queue the claim
--- starts after ('-infinity', 0: the front).
+-- starts after ('-infinity', 0: the front), $8 the expired leases to look
+-- at: those that ran out since then ('-infinity': all, 'infinity': none).
 --
 -- The position is the dispatcher's: a little behind the rows it claimed
 -- last (see internal/lease), so the claim does not walk again the index
@@ -12,7 +13,11 @@
 -- hot_standby_feedback) no scan may mark them dead: a claim from the front
 -- would walk the entries of every row claimed since that snapshot was
 -- taken. The dispatcher starts from the front now and then, for the rows
--- that commit behind its position.
+-- that commit behind its position. The leased index is the same: the
+-- entries of every row claimed since such a snapshot was taken stay in it
+-- with their lease_until, and once that is past, a look for expired leases
+-- from its front walks them all. The dispatcher looks for expired leases
+-- only now and then, from about where it looked last ($8).
 --
 -- The two sources are separate index-driven scans on purpose: one
 -- "pending OR expired ORDER BY id" predicate is planned as a primary-key walk
@@ -20,7 +25,8 @@
 WITH {{reap}}
 expired AS (
     SELECT o.id FROM {{table}} AS o
-    WHERE o.status = 'processing' AND o.lease_until < now() AND o.attempts < $4
+    WHERE o.status = 'processing' AND o.lease_until < now() AND o.lease_until >= $8::timestamptz
+      AND o.attempts < $4
     ORDER BY o.lease_until
     LIMIT $2
     FOR UPDATE SKIP LOCKED

@@ -5,6 +5,8 @@
 -- inclusive (a fresh sweep, with $6 = '', which no text sorts before),
 -- $8 most aggregates to visit. Whether a sweep is fresh is $7 alone: ''
 -- is an aggregate_id like any other, so a cursor of '' means "after ''".
+-- $9 the expired leases the reap looks at: those that ran out since then
+-- (see claim.sql).
 --
 -- The heads are found by a skip scan of the unfinished-rows index: one probe
 -- per aggregate, from the cursor on, stopping once $2 claimable heads are
