@@ -72,6 +72,11 @@ const (
 	suffixShardMembers = "_shard_members"
 	suffixShard        = "_shard" // the shard function (schema-qualified) and its trigger
 	suffixShardIndex   = "_shard_ready"
+	// Snapshot cursors (Store.EnableCursor).
+	suffixCursorIndex     = "_cursor"
+	suffixParked          = "_parked"
+	suffixParkedShard     = "_parked_shard"
+	suffixParkedAggregate = "_parked_aggregate"
 )
 
 // relationSuffixes are the relations the migrations create beside the
@@ -129,5 +134,9 @@ func (t Table) replacer() *strings.Replacer {
 		"{{shard_function}}", t.ident(suffixShard),
 		"{{shard_trigger}}", t.bare(suffixShard),
 		"{{shard_index}}", t.bare(suffixShardIndex),
+		"{{cursor_index}}", t.bare(suffixCursorIndex),
+		"{{parked}}", t.ident(suffixParked),
+		"{{parked_shard_index}}", t.bare(suffixParkedShard),
+		"{{parked_aggregate_index}}", t.bare(suffixParkedAggregate),
 	)
 }

@@ -46,6 +46,7 @@ type Store struct {
 	gauges, access, dropWake                                           string
 	console                                                            consoleSQL
 	shards                                                             shardSQL
+	cursor                                                             cursorSQL
 }
 
 // New prepares the statements for the named table ("name" or "schema.name").
@@ -98,6 +99,7 @@ func newStore(t Table) *Store {
 		dropWake:         load("sql/drop_wake_trigger.sql"),
 		console:          loadConsole(load),
 		shards:           loadShards(load),
+		cursor:           loadCursor(load),
 	}
 }
 
@@ -210,6 +212,10 @@ type Row struct {
 	// queue, its place there; zero otherwise (an expired lease claimed
 	// again, another claim).
 	Ready Position
+	// Blocked is, for a row read under ordered snapshot cursors, whether
+	// an earlier message of its aggregate is parked: it is held back
+	// behind it.
+	Blocked bool
 }
 
 // Position is a place in the ready queue, which is ordered by

@@ -1,0 +1,223 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// cursorSQL are the snapshot-cursor statements (docs/snapshot-cursors.md).
+type cursorSQL struct {
+	exists, load, fetch, parked, advance, undelivered string
+}
+
+func loadCursor(load func(string) string) cursorSQL {
+	return cursorSQL{
+		exists:      load("sql/cursor_exists.sql"),
+		load:        load("sql/cursor_load.sql"),
+		fetch:       load("sql/cursor_fetch.sql"),
+		parked:      load("sql/cursor_parked.sql"),
+		advance:     load("sql/cursor_advance.sql"),
+		undelivered: load("sql/cursor_undelivered.sql"),
+	}
+}
+
+// EnableCursor prepares a table with shards for snapshot cursors: the xid
+// column and its index, each shard's cursor, and the parked table
+// (sql/cursor_enable.sql). Unfinished rows are delivered by the cursors
+// once it commits. Enabling again is a no-op.
+func (s *Store) EnableCursor(ctx context.Context, db pgx.Tx) error {
+	if err := LockMigrationTx(ctx, db, s.Table.String(), nil); err != nil {
+		return err
+	}
+	switch n, err := s.ShardCount(ctx, db); {
+	case err != nil:
+		return err
+	case n == 0:
+		return fmt.Errorf("table %s has no shards: snapshot cursors need them (migrate --shards N --cursor)", s.Table)
+	}
+	_, err := db.Exec(ctx, s.Table.replacer().Replace(rawSQL("sql/cursor_enable.sql")))
+	return translate(err)
+}
+
+// CursorEnabled reports whether the table has snapshot cursors.
+func (s *Store) CursorEnabled(ctx context.Context, db DB) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, s.cursor.exists, s.Table.ident(suffixParked), s.Table.ident(suffixShards)).Scan(&ok)
+	return ok, translate(err)
+}
+
+// WindowLoad is one shard whose window to load: held under its token;
+// with Hi set, the window of that snapshot after the id After; with Hi
+// empty, the window stored for the shard, or a new one.
+type WindowLoad struct {
+	ShardLease
+	Hi    string
+	After int64
+}
+
+// Window is what a load returned of one shard's window: its snapshot, the
+// position it was read after and, in id order, the ids of the window's
+// committed rows after it (at most the limit asked for).
+type Window struct {
+	Shard int
+	Hi    string
+	After int64
+	IDs   []int64
+}
+
+// LoadWindows returns the window of each shard owner still holds under
+// the token given, up to limit ids each (sql/cursor_load.sql). It locks
+// and writes nothing.
+func (s *Store) LoadWindows(ctx context.Context, db DB, owner string, loads []WindowLoad, limit int) ([]Window, error) {
+	n := len(loads)
+	shards, tokens, his, afters := make([]int32, n), make([]int64, n), make([]*string, n), make([]*int64, n)
+	for i, l := range loads {
+		shards[i], tokens[i] = int32(l.Shard), l.Token
+		if l.Hi != "" {
+			his[i], afters[i] = &l.Hi, &l.After
+		}
+	}
+	rows, err := db.Query(ctx, s.cursor.load, ownerText(owner), shards, tokens, his, afters, limit)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var out []Window
+	for rows.Next() {
+		var shard int
+		var hi, done string
+		var after int64
+		var id *int64
+		if err := rows.Scan(&shard, &hi, &done, &after, &id); err != nil {
+			return nil, translate(err)
+		}
+		if len(out) == 0 || out[len(out)-1].Shard != shard {
+			out = append(out, Window{Shard: shard, Hi: hi, After: after})
+		}
+		if id != nil {
+			w := &out[len(out)-1]
+			w.IDs = append(w.IDs, *id)
+		}
+	}
+	return out, translate(rows.Err())
+}
+
+// FetchRows returns the rows of ids, in that order (an id no longer in
+// the table is left out). Ordered, each row's Blocked says whether an
+// earlier message of its aggregate is parked.
+func (s *Store) FetchRows(ctx context.Context, db DB, ids []int64, ordered bool) ([]Row, time.Time, error) {
+	rows, err := db.Query(ctx, s.cursor.fetch, ids, ordered)
+	if err != nil {
+		return nil, time.Time{}, translate(err)
+	}
+	return scanCursorRows(rows)
+}
+
+// ReadParked returns up to limit parked messages that are due of each
+// shard owner holds under the token given, leaving out the ids in flight;
+// ordered, only the first parked message of each aggregate.
+func (s *Store) ReadParked(ctx context.Context, db DB, owner string, leases []ShardLease, limit int, inFlight []int64, ordered bool) ([]Row, time.Time, error) {
+	shards, tokens := splitLeases(leases)
+	if inFlight == nil {
+		inFlight = []int64{}
+	}
+	rows, err := db.Query(ctx, s.cursor.parked, ownerText(owner), shards, tokens, limit, inFlight, ordered)
+	if err != nil {
+		return nil, time.Time{}, translate(err)
+	}
+	return scanCursorRows(rows)
+}
+
+func scanCursorRows(rows pgx.Rows) ([]Row, time.Time, error) {
+	defer rows.Close()
+	var out []Row
+	var now time.Time
+	for rows.Next() {
+		var r Row
+		var payload string
+		var headers, uid *string
+		if err := rows.Scan(&r.ID, &r.AggregateType, &r.AggregateID, &r.EventType, &payload,
+			&r.CreatedAt, &r.Attempts, &headers, &uid, &r.Shard, &now, &r.Blocked); err != nil {
+			return nil, time.Time{}, translate(err)
+		}
+		r.Attempts++
+		r.Payload = []byte(payload)
+		r.setHeaders(headers)
+		r.setUID(uid)
+		out = append(out, r)
+	}
+	return out, now, translate(rows.Err())
+}
+
+// Advance is one shard's cursor move: held under its token, to the window
+// of Hi, after the id Last, or, with Close, past the whole window. An
+// empty Hi moves nothing (the batch held parked messages only).
+type Advance struct {
+	ShardLease
+	Hi    string
+	Last  int64
+	Close bool
+}
+
+// Park is the outcome of a message that is written under snapshot
+// cursors: StatusDone clears its parked row, StatusPending parks it until
+// Delay from now, StatusDead parks it dead. Attempts is its failed
+// deliveries so far, this one included.
+type Park struct {
+	ID          int64
+	Shard       int
+	AggregateID string
+	Status      string
+	Delay       time.Duration
+	Attempts    int
+	Error       string
+}
+
+// AdvanceCursors moves the cursors and writes the parked messages of the
+// shards owner still holds under the tokens given, in one statement
+// (sql/cursor_advance.sql), and returns the shards it wrote: a shard not
+// returned was lost, and nothing of it was written.
+func (s *Store) AdvanceCursors(ctx context.Context, db DB, owner string, advances []Advance, parks []Park) (map[int]bool, error) {
+	n := len(advances)
+	shards, tokens, closes, his, lasts := make([]int32, n), make([]int64, n), make([]bool, n), make([]*string, n), make([]int64, n)
+	for i, a := range advances {
+		shards[i], tokens[i], closes[i], lasts[i] = int32(a.Shard), a.Token, a.Close, a.Last
+		if a.Hi != "" {
+			his[i] = &advances[i].Hi
+		}
+	}
+	m := len(parks)
+	ids, pshards, aggs, statuses := make([]int64, m), make([]int32, m), make([]string, m), make([]string, m)
+	delays, attempts, errs := make([]int64, m), make([]int32, m), make([]string, m)
+	for i, p := range parks {
+		ids[i], pshards[i], aggs[i], statuses[i] = p.ID, int32(p.Shard), p.AggregateID, p.Status
+		delays[i], attempts[i], errs[i] = p.Delay.Microseconds(), int32(p.Attempts), storable(p.Error, maxErrorText)
+	}
+	rows, err := db.Query(ctx, s.cursor.advance, ownerText(owner), shards, tokens, closes, his, lasts,
+		ids, pshards, aggs, statuses, delays, attempts, errs)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	held := make(map[int]bool, n)
+	for rows.Next() {
+		var shard int
+		if err := rows.Scan(&shard); err != nil {
+			return nil, translate(err)
+		}
+		held[shard] = true
+	}
+	return held, translate(rows.Err())
+}
+
+// CursorUndelivered reports whether anything is left to deliver under
+// snapshot cursors: a parked message waiting, or a committed row past its
+// shard's cursor.
+func (s *Store) CursorUndelivered(ctx context.Context, db DB) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, s.cursor.undelivered).Scan(&ok)
+	return ok, translate(err)
+}

@@ -1,0 +1,18 @@
+-- Whether anything is left to deliver under snapshot cursors: a parked
+-- message waiting (not dead), or a committed row of some shard past the
+-- shard's cursor (not visible in done, and not in the open window up to
+-- its last id).
+SELECT EXISTS (SELECT 1 FROM {{parked}} WHERE status = 'pending')
+    OR EXISTS (
+        SELECT 1
+        FROM (SELECT h.shard, h.done, h.win, h.win_last, pg_current_snapshot() AS now FROM {{shards}} AS h OFFSET 0) AS s
+        WHERE EXISTS (
+            SELECT 1 FROM {{table}} AS o
+            WHERE o.shard = s.shard AND o.xid >= pg_snapshot_xmax(s.done) AND o.xid < pg_snapshot_xmax(s.now)
+              AND pg_visible_in_snapshot(o.xid, s.now)
+              AND (s.win IS NULL OR NOT pg_visible_in_snapshot(o.xid, s.win) OR o.id > s.win_last))
+           OR EXISTS (
+            SELECT 1 FROM pg_snapshot_xip(s.done) AS x(xid)
+            JOIN {{table}} AS o ON o.shard = s.shard AND o.xid = x.xid
+            WHERE pg_visible_in_snapshot(x.xid, s.now)
+              AND (s.win IS NULL OR NOT pg_visible_in_snapshot(o.xid, s.win) OR o.id > s.win_last)))
