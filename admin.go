@@ -75,6 +75,29 @@ func (a *Admin) EnableShards(ctx context.Context, n int) error {
 	return nil
 }
 
+// EnableCursors prepares a table with shards ([Admin.EnableShards]) for
+// [LeaseCursor]: an xid column recording each row's inserting transaction
+// (a column default; producers never set it) with its index, each shard's
+// cursor, and the parked table that holds the messages not delivered
+// (retries, dead ones, those held back behind them). Unfinished rows are
+// delivered by the cursors once it commits; from then on the table is
+// relayed by dispatchers in [LeaseCursor] only. Again it does nothing.
+// PostgreSQL 13 or later.
+func (a *Admin) EnableCursors(ctx context.Context) error {
+	tx, err := a.db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("outbox: enable cursors: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	if err := a.store.EnableCursor(ctx, tx); err != nil {
+		return fmt.Errorf("outbox: enable cursors: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("outbox: enable cursors: %w", err)
+	}
+	return nil
+}
+
 // DropWakeTrigger removes the table's wake-up trigger: inserts no longer
 // notify, and dispatchers find new rows only by polling (as with
 // [Config.DisableNotify]). [Admin.Migrate] creates it again. It exists to

@@ -27,6 +27,12 @@ type completer struct {
 	batch  []verdict
 	writes []store.RowWrite
 	keys   []store.Lease
+
+	// batched is the mode when it writes a read batch at a time
+	// (snapshot cursors); waiting then holds the verdicts it has not yet
+	// decided, by lease.
+	batched lease.Batched
+	waiting map[store.Lease]verdict
 }
 
 func newCompleter(d *Dispatcher, mode lease.Mode, s *slots, leases *lease.Registry, maxBatch int) *completer {
@@ -39,8 +45,20 @@ func newCompleter(d *Dispatcher, mode lease.Mode, s *slots, leases *lease.Regist
 	}
 }
 
+// newBatchedCompleter is the completer of a batched mode (see
+// finalizeBatched).
+func newBatchedCompleter(d *Dispatcher, mode lease.Batched, s *slots, leases *lease.Registry, maxBatch int) *completer {
+	c := newCompleter(d, mode, s, leases, maxBatch)
+	c.batched, c.waiting = mode, map[store.Lease]verdict{}
+	return c
+}
+
 // run finalizes verdicts until in is closed.
 func (c *completer) run(in <-chan verdict) {
+	if c.batched != nil {
+		c.runBatched(in)
+		return
+	}
 	for v := range in {
 		c.batch = append(c.batch[:0], v)
 	gather:
@@ -145,4 +163,117 @@ func (c *completer) confirmWritten(ctx context.Context, writes []store.RowWrite,
 		held[i] = written[k]
 	}
 	return nil
+}
+
+// runBatched finalizes verdicts until in is closed, and whenever the mode
+// has batches complete without a verdict; then once more, for those.
+func (c *completer) runBatched(in <-chan verdict) {
+	for {
+		select {
+		case v, ok := <-in:
+			if !ok {
+				c.finalizeBatched(nil)
+				return
+			}
+			c.batch = append(c.batch[:0], v)
+		gather:
+			for len(c.batch) < cap(c.batch) {
+				select {
+				case v, ok := <-in:
+					if !ok {
+						break gather
+					}
+					c.batch = append(c.batch, v)
+				default:
+					break gather
+				}
+			}
+			c.finalizeBatched(c.batch)
+		case <-c.batched.Kick():
+			c.finalizeBatched(nil)
+		}
+	}
+}
+
+// finalizeBatched hands a batch of verdicts to a batched mode and settles
+// those it decided, these or earlier ones: a verdict is decided once the
+// last of the read batch it belongs to came and the batch was written.
+// Until then it keeps its slot. When the write gives up, the mode gives
+// the batches up (their messages are delivered again) and they are
+// settled as lost.
+func (c *completer) finalizeBatched(batch []verdict) {
+	c.writes, c.keys = c.writes[:0], c.keys[:0]
+	for i := range batch {
+		key := batch[i].claim.lease()
+		c.waiting[key] = batch[i]
+		c.writes = append(c.writes, batch[i].write)
+	}
+	for key := range c.waiting {
+		c.keys = append(c.keys, key)
+	}
+	start := c.clock.Now()
+	decided, err := c.decide(c.writes, c.keys)
+	if err != nil {
+		c.log.Error("giving up on finalize; the messages will be delivered again", slog.Int("rows", len(c.waiting)))
+		c.hook.OnFinalize(FinalizeEvent{Rows: len(batch), Duration: c.clock.Since(start), Err: err})
+		decided = c.batched.Abandon()
+	}
+	if len(decided) == 0 {
+		return
+	}
+	settled := make([]verdict, 0, len(decided))
+	held := make([]bool, 0, len(decided))
+	writes := make([]store.RowWrite, 0, len(decided))
+	keys := make([]store.Lease, 0, len(decided))
+	lost := 0
+	for _, d := range decided {
+		key := store.Lease{ID: d.ID, Version: d.Token}
+		v, ok := c.waiting[key]
+		if !ok {
+			continue
+		}
+		delete(c.waiting, key)
+		settled, held = append(settled, v), append(held, d.Held)
+		writes, keys = append(writes, v.write), append(keys, key)
+		if !d.Held {
+			lost++
+		}
+	}
+	c.leases.Forget(keys)
+	c.mode.Settled(writes)
+	if c.chains != nil {
+		c.chains.settled(settled, held)
+	}
+	if err == nil {
+		c.hook.OnFinalize(FinalizeEvent{Rows: len(settled), LeaseLost: lost, Duration: c.clock.Since(start)})
+	}
+	for i := range settled {
+		c.settle(&settled[i], held[i])
+	}
+	c.slots.give(len(settled))
+}
+
+// decide runs the mode's Decide, retrying as write does while the leases
+// of the verdicts waiting may still hold.
+func (c *completer) decide(writes []store.RowWrite, keys []store.Lease) ([]lease.Decision, error) {
+	giveUp := c.clock.Now().Add(2 * time.Second)
+	if last := c.leases.LastDeadline(keys); last.After(giveUp) {
+		giveUp = last
+	}
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		start := c.clock.Now()
+		decided, err := c.batched.Decide(ctx, writes)
+		cancel()
+		if err == nil || c.clock.Now().After(giveUp) {
+			if err != nil || len(decided) > 0 {
+				c.stats.finalizes.Add(1)
+			}
+			return decided, err
+		}
+		c.stats.finalizes.Add(1)
+		c.hook.OnFinalize(FinalizeEvent{Rows: len(writes), Duration: c.clock.Since(start), Err: err, Retrying: true})
+		c.log.Error("finalize failed; retrying", slog.Any("error", err), slog.Int("rows", len(writes)), slog.Int("try", attempt+1))
+		time.Sleep(min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second))
+	}
 }

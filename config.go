@@ -122,7 +122,9 @@ type Config struct {
 	// [LeaseRows] (a lease written on each row when it is claimed) or
 	// [LeaseShards] (leases on whole shards of the table, which
 	// [Admin.EnableShards] sets up; each message is written once, when
-	// it is finalized). Ordered means the same under both.
+	// it is finalized) or [LeaseCursor] (snapshot cursors on shard
+	// leases, which [Admin.EnableCursors] sets up; a message is written
+	// only when it is not delivered). Ordered means the same under all.
 	// Defaults to LeaseRows. See docs/shard-leases.md.
 	LeaseMode LeaseMode
 
@@ -175,7 +177,7 @@ func (c *Config) WithDefaults() *Config {
 			*p = d
 		}
 	}
-	if out.LeaseMode == LeaseShards {
+	if out.LeaseMode == LeaseShards || out.LeaseMode == LeaseCursor {
 		defInt(&out.BatchSize, BatchSizeShardsDefault)
 	}
 	defInt(&out.BatchSize, BatchSizeDefault)
@@ -301,8 +303,8 @@ func (c *Config) validate() *ConfigError {
 		return invalid("DeferMaxAge", "must not be negative, got %s", c.DeferMaxAge)
 	case c.Owner == "":
 		return invalid("Owner", "must not be empty")
-	case c.LeaseMode != "" && c.LeaseMode != LeaseRows && c.LeaseMode != LeaseShards:
-		return invalid("LeaseMode", "must be %q or %q, got %q", LeaseRows, LeaseShards, c.LeaseMode)
+	case c.LeaseMode != "" && c.LeaseMode != LeaseRows && c.LeaseMode != LeaseShards && c.LeaseMode != LeaseCursor:
+		return invalid("LeaseMode", "must be %q, %q or %q, got %q", LeaseRows, LeaseShards, LeaseCursor, c.LeaseMode)
 	}
 	return nil
 }
@@ -310,8 +312,11 @@ func (c *Config) validate() *ConfigError {
 // leaseConfig is what the lease modes read of c.
 func (c *Config) leaseConfig() lease.Config {
 	kind := lease.Rows
-	if c.LeaseMode == LeaseShards {
+	switch c.LeaseMode {
+	case LeaseShards:
 		kind = lease.Shards
+	case LeaseCursor:
+		kind = lease.Cursors
 	}
 	return lease.Config{
 		Kind: kind, Ordered: c.Ordered, Owner: c.Owner, Lease: c.Lease, MaxAttempts: c.MaxAttempts,
@@ -363,4 +368,9 @@ type LeaseMode string
 const (
 	LeaseRows   LeaseMode = "row"
 	LeaseShards LeaseMode = "shard"
+	// LeaseCursor is snapshot cursors on shard leases: a shard is read as
+	// windows of committed transactions and a message is written only when
+	// it is not delivered. The table needs [Admin.EnableCursors]. See
+	// docs/snapshot-cursors.md.
+	LeaseCursor LeaseMode = "cursor"
 )

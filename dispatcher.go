@@ -229,6 +229,9 @@ func (d *Dispatcher) relay(ctx context.Context, drain bool, mode lease.Mode, lea
 		workers.Go(func() { w.run(ctx, claims, verdicts) })
 	}
 	c := newCompleter(d, mode, capacity, leases, size)
+	if b, ok := mode.(lease.Batched); ok {
+		c = newBatchedCompleter(d, b, capacity, leases, size)
+	}
 	c.chains = chained
 	completed := make(chan struct{})
 	go func() {

@@ -80,6 +80,8 @@ type Kind uint8
 const (
 	Rows Kind = iota
 	Shards
+	// Cursors are snapshot cursors on shard leases.
+	Cursors
 )
 
 // Config is what the lease modes read of the dispatcher's configuration.
@@ -131,7 +133,7 @@ func (c *Config) Validate() error {
 // renewal always runs, a third of the lease when no interval is set; zero
 // (never) under row leases without heartbeats.
 func (c *Config) RenewEvery() time.Duration {
-	if c.HeartbeatInterval == 0 && c.Kind == Shards {
+	if c.HeartbeatInterval == 0 && c.Kind != Rows {
 		return c.Lease / 3
 	}
 	return c.HeartbeatInterval
@@ -209,17 +211,36 @@ func New(ctx context.Context, st *store.Store, pool *pgxpool.Pool, leases *Regis
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
 	switch {
+	case cfg.Kind == Cursors && n == 0:
+		return nil, fmt.Errorf("outbox: table %s has no snapshot cursors: enable them first (Admin.EnableCursors, outboxd migrate --shards N --cursor)", st.Table)
 	case cfg.Kind == Shards && n == 0:
 		return nil, fmt.Errorf("outbox: table %s has no shards: enable them first (Admin.EnableShards, outboxd migrate --shards N)", st.Table)
-	case cfg.Kind == Shards:
+	case cfg.Kind != Rows:
 		switch ok, err := st.ShardsCurrent(ctx, pool); {
 		case err != nil:
 			return nil, fmt.Errorf("outbox: %w", err)
 		case !ok:
 			return nil, fmt.Errorf("outbox: table %s's shards were set up by an earlier version: run outboxd migrate (Admin.Migrate) first", st.Table)
 		}
+		cursors, err := st.CursorEnabled(ctx, pool)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("outbox: %w", err)
+		case cfg.Kind == Cursors && !cursors:
+			return nil, fmt.Errorf("outbox: table %s has no snapshot cursors: enable them first (Admin.EnableCursors, outboxd migrate --shards N --cursor)", st.Table)
+		case cfg.Kind == Shards && cursors:
+			return nil, fmt.Errorf("outbox: table %s has snapshot cursors: run its dispatchers with the cursor lease mode (shard leases would deliver every message again)", st.Table)
+		case cfg.Kind == Cursors:
+			return newCursorLeases(st, pool, cfg, cb, log, n, leases), nil
+		}
 		return newShardLeases(st, pool, cfg, cb, log, n, leases), nil
 	case n > 0:
+		switch cursors, err := st.CursorEnabled(ctx, pool); {
+		case err != nil:
+			return nil, fmt.Errorf("outbox: %w", err)
+		case cursors:
+			return nil, fmt.Errorf("outbox: table %s has snapshot cursors: run its dispatchers with the cursor lease mode (row leases would deliver every message again)", st.Table)
+		}
 		log.WarnContext(ctx, "the table has shards but this dispatcher uses row leases: with shard-lease dispatchers on the same table, messages are delivered twice",
 			slog.Int("shards", n))
 	}

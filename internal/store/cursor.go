@@ -49,23 +49,26 @@ func (s *Store) CursorEnabled(ctx context.Context, db DB) (bool, error) {
 	return ok, translate(err)
 }
 
-// WindowLoad is one shard whose window to load: held under its token;
-// with Hi set, the window of that snapshot after the id After; with Hi
-// empty, the window stored for the shard, or a new one.
+// WindowLoad is one shard whose window to load, held under its token:
+// with Hi set, the window from Done to Hi after the id After; with Done
+// set only, a new window after Done; with neither, the window stored for
+// the shard, or a new one after its stored done.
 type WindowLoad struct {
 	ShardLease
-	Hi    string
-	After int64
+	Done, Hi string
+	After    int64
 }
 
-// Window is what a load returned of one shard's window: its snapshot, the
-// position it was read after and, in id order, the ids of the window's
-// committed rows after it (at most the limit asked for).
+// Window is what a load returned of one shard's window: its bounds, the
+// position it was read after, whether it was open before (Resumed: not a
+// new one) and, in id order, the ids of the window's committed rows after
+// the position (at most the limit asked for).
 type Window struct {
-	Shard int
-	Hi    string
-	After int64
-	IDs   []int64
+	Shard    int
+	Done, Hi string
+	After    int64
+	Resumed  bool
+	IDs      []int64
 }
 
 // LoadWindows returns the window of each shard owner still holds under
@@ -73,29 +76,32 @@ type Window struct {
 // and writes nothing.
 func (s *Store) LoadWindows(ctx context.Context, db DB, owner string, loads []WindowLoad, limit int) ([]Window, error) {
 	n := len(loads)
-	shards, tokens, his, afters := make([]int32, n), make([]int64, n), make([]*string, n), make([]*int64, n)
-	for i, l := range loads {
-		shards[i], tokens[i] = int32(l.Shard), l.Token
+	shards, tokens, afters := make([]int32, n), make([]int64, n), make([]int64, n)
+	dones, his := make([]*string, n), make([]*string, n)
+	for i := range loads {
+		l := &loads[i]
+		shards[i], tokens[i], afters[i] = int32(l.Shard), l.Token, l.After
+		if l.Done != "" {
+			dones[i] = &l.Done
+		}
 		if l.Hi != "" {
-			his[i], afters[i] = &l.Hi, &l.After
+			his[i] = &l.Hi
 		}
 	}
-	rows, err := db.Query(ctx, s.cursor.load, ownerText(owner), shards, tokens, his, afters, limit)
+	rows, err := db.Query(ctx, s.cursor.load, ownerText(owner), shards, tokens, dones, his, afters, limit)
 	if err != nil {
 		return nil, translate(err)
 	}
 	defer rows.Close()
 	var out []Window
 	for rows.Next() {
-		var shard int
-		var hi, done string
-		var after int64
+		var w Window
 		var id *int64
-		if err := rows.Scan(&shard, &hi, &done, &after, &id); err != nil {
+		if err := rows.Scan(&w.Shard, &w.Done, &w.Hi, &w.After, &w.Resumed, &id); err != nil {
 			return nil, translate(err)
 		}
-		if len(out) == 0 || out[len(out)-1].Shard != shard {
-			out = append(out, Window{Shard: shard, Hi: hi, After: after})
+		if len(out) == 0 || out[len(out)-1].Shard != w.Shard {
+			out = append(out, w)
 		}
 		if id != nil {
 			w := &out[len(out)-1]

@@ -140,6 +140,13 @@ func TestCursorLimitSplitsAWindow(t *testing.T) {
 	require.Equal(t, first[2:4], w2.IDs)
 	// The caller's own position reads the same.
 	require.Equal(t, first[2:4], b.window(t, "d1", l, w.Hi, w.IDs[1], 2).IDs)
+	// A new window after the open one, before its cursor is advanced:
+	// only what committed after the open one's snapshot.
+	got, err := b.st.LoadWindows(t.Context(), b.pool, "d1", []store.WindowLoad{{ShardLease: l, Done: w.Hi}}, 10)
+	require.NoError(t, err)
+	require.Equal(t, later, got[0].IDs)
+	require.False(t, got[0].Resumed)
+	require.True(t, w2.Resumed)
 	require.True(t, b.advance(t, "d1", store.Advance{ShardLease: l, Hi: w2.Hi, Last: w2.IDs[1]}))
 
 	// Taken over: the new owner resumes the open window where it stood.

@@ -1,12 +1,14 @@
 -- Load the ids of each held shard's window: the committed rows of the
 -- shard whose transaction is visible in the window's snapshot (hi) and not
--- in the shard's done snapshot, after a position, in id order, up to $6
+-- in the shard's done snapshot, after a position, in id order, up to $7
 -- per shard. It locks and writes nothing, and reads only the shards $1
 -- still holds under the tokens given.
 --
--- A shard's window is the one the caller names ($4 hi, $5 after: a window
--- it is delivering), else the open one stored (win, win_last: a window its
--- previous owner did not finish), else a new one whose hi is this
+-- A shard's window is the one the caller names ($5 hi, $6 after: a window
+-- it is delivering), else a new one after the done snapshot it names ($4:
+-- the window before it is delivered, its cursor not yet advanced), else
+-- the open one stored (win, win_last: a window its previous owner did not
+-- finish), else a new one after the stored done. A new window's hi is this
 -- statement's own snapshot. Once hi is fixed the window's rows are fixed:
 -- every transaction visible in hi has ended, and a row that was rolled
 -- back is visible to no statement. In one statement, "visible in hi" and
@@ -20,19 +22,26 @@
 -- over the whole shard), and the shard CTE is materialized so that the
 -- snapshots are built once per shard, not once per index entry.
 --
--- Every shard read returns one row with its hi and done, then its ids
--- (id NULL when the window has none after the position).
--- $1 owner, $2 shards, $3 tokens, $4 his (NULL: the stored or a new
--- window), $5 positions (the last id delivered in the window; NULL with a
--- NULL hi), $6 ids per shard.
+-- Every shard read returns one row with its done and hi, its position and
+-- whether the window was open before, then its ids (id NULL when the
+-- window has none after the position).
+-- $1 owner, $2 shards, $3 tokens, $4 dones (NULL: the stored one), $5 his
+-- (NULL: a new window, or the stored one), $6 positions (the last id
+-- delivered in the window named), $7 ids per shard.
 WITH s AS MATERIALIZED (
-    SELECT h.shard, h.done,
-           coalesce(f.hi::pg_snapshot, h.win, pg_current_snapshot()) AS hi,
-           CASE WHEN f.hi IS NOT NULL THEN f.after ELSE coalesce(h.win_last, 0) END AS after
-    FROM unnest($2::integer[], $3::bigint[], $4::text[], $5::bigint[]) AS f(shard, token, hi, after)
+    SELECT h.shard,
+           coalesce(f.done::pg_snapshot, h.done) AS done,
+           CASE WHEN f.hi IS NOT NULL THEN f.hi::pg_snapshot
+                WHEN f.done IS NOT NULL THEN pg_current_snapshot()
+                ELSE coalesce(h.win, pg_current_snapshot()) END AS hi,
+           CASE WHEN f.hi IS NOT NULL THEN f.after
+                WHEN f.done IS NOT NULL THEN 0
+                ELSE coalesce(h.win_last, 0) END AS after,
+           f.hi IS NOT NULL OR f.done IS NULL AND h.win IS NOT NULL AS resumed
+    FROM unnest($2::integer[], $3::bigint[], $4::text[], $5::text[], $6::bigint[]) AS f(shard, token, done, hi, after)
     JOIN {{shards}} AS h ON h.shard = f.shard AND h.token = f.token AND h.owner = $1 AND h.lease_until > now()
 )
-SELECT s.shard, s.hi::text, s.done::text, s.after, c.id
+SELECT s.shard, s.done::text, s.hi::text, s.after, s.resumed, c.id
 FROM s
 LEFT JOIN LATERAL (
     SELECT u.id FROM (
@@ -49,6 +58,6 @@ LEFT JOIN LATERAL (
         WHERE pg_visible_in_snapshot(x.xid, s.hi)
     ) AS u
     ORDER BY u.id
-    LIMIT $6
+    LIMIT $7
 ) AS c ON true
 ORDER BY s.shard, c.id

@@ -1,0 +1,212 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outbox"
+)
+
+// cursorBundle is a bundle whose table has n shards and snapshot cursors.
+func cursorBundle(t *testing.T, n int) *testBundle {
+	t.Helper()
+	b := shardBundle(t, n)
+	require.NoError(t, b.admin.EnableCursors(t.Context()))
+	return b
+}
+
+func cursorConfig(cfg outbox.Config) *outbox.Config {
+	cfg.LeaseMode = outbox.LeaseCursor
+	return &cfg
+}
+
+// rewritten counts the outbox rows written since their insert: a row
+// never updated still has the inserting transaction as its xmin.
+func (b *testBundle) rewritten(t *testing.T) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT count(*) FROM "+b.quoted+
+		" WHERE xmin::text::bigint <> (xid::text::bigint & 4294967295)").Scan(&n))
+	return n
+}
+
+// parked lists the parked messages: id → status.
+func (b *testBundle) parked(t *testing.T) map[int64]string {
+	t.Helper()
+	rows, err := b.pool.Query(t.Context(), "SELECT id, status FROM "+pgx.Identifier{b.schema, "outbox_parked"}.Sanitize())
+	require.NoError(t, err)
+	out := map[int64]string{}
+	for rows.Next() {
+		var id int64
+		var s string
+		require.NoError(t, rows.Scan(&id, &s))
+		out[id] = s
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// Each message is delivered once, each aggregate in id order, and no
+// outbox row is written: the cursors move, the rows stay as inserted.
+func TestCursorLeasesDeliverOnceInOrder(t *testing.T) {
+	t.Parallel()
+	b := cursorBundle(t, 4)
+	want := map[string][]int64{}
+	for round := range 3 {
+		for _, agg := range []string{"a", "b", "c", "d", "e"} {
+			want[agg] = append(want[agg], b.enqueueN(t, 10+round, agg)...)
+		}
+	}
+	rec := newRecorder(nil)
+	cfg := outbox.Config{Workers: 8, BatchSize: 16, Ordered: true}
+	drain(t, b.dispatcher(t, rec.Sink(), cursorConfig(cfg)))
+
+	got := map[string][]int64{}
+	for _, m := range rec.Messages() {
+		got[m.AggregateID] = append(got[m.AggregateID], m.ID)
+		require.Equal(t, 1, m.Attempt)
+		require.Positive(t, m.FencingToken)
+	}
+	require.Equal(t, want, got, "each aggregate once, in id order")
+	require.Zero(t, b.rewritten(t), "no outbox row was written")
+	require.Empty(t, b.parked(t))
+
+	// Delivered: a second drain finds nothing.
+	again := newRecorder(nil)
+	drain(t, b.dispatcher(t, again.Sink(), cursorConfig(cfg)))
+	require.Empty(t, again.Messages())
+}
+
+// A retry and a dead message are parked, the only writes; the retry is
+// delivered again with its attempt counted, the dead one stays parked, and
+// unordered, nothing waits for either.
+func TestCursorLeasesParkExceptions(t *testing.T) {
+	t.Parallel()
+	b := cursorBundle(t, 2)
+	ids := b.enqueueN(t, 20, "a")
+	flaky, poison := ids[3], ids[7]
+	var mu sync.Mutex
+	attempts := map[int64][]int{}
+	rec := newRecorder(func(_ context.Context, m *outbox.Message) error {
+		mu.Lock()
+		attempts[m.ID] = append(attempts[m.ID], m.Attempt)
+		mu.Unlock()
+		switch {
+		case m.ID == flaky && m.Attempt == 1:
+			return errors.New("receiver busy")
+		case m.ID == poison:
+			return outbox.Permanent(errors.New("malformed"))
+		}
+		return nil
+	})
+	drain(t, b.dispatcher(t, rec.Sink(), cursorConfig(outbox.Config{RetryBase: 20 * time.Millisecond, RetryCap: 20 * time.Millisecond})))
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range ids {
+		switch id {
+		case flaky:
+			require.Equal(t, []int{1, 2}, attempts[id], "failed once, then delivered on its second attempt")
+		default:
+			require.Equal(t, []int{1}, attempts[id], "id %d", id)
+		}
+	}
+	require.Equal(t, map[int64]string{poison: "dead"}, b.parked(t), "the retry left the parked table once delivered")
+	require.Zero(t, b.rewritten(t))
+}
+
+// Ordered, a failure holds back the rest of its aggregate, parked behind
+// it, until it is delivered; other aggregates go on meanwhile.
+func TestCursorLeasesOrderedRetryHoldsBackItsAggregate(t *testing.T) {
+	t.Parallel()
+	b := cursorBundle(t, 1)
+	a := b.enqueueN(t, 6, "a")
+	other := b.enqueueN(t, 3, "b")
+	var mu sync.Mutex
+	var order []int64
+	rec := newRecorder(func(_ context.Context, m *outbox.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		order = append(order, m.ID)
+		if m.ID == a[2] && m.Attempt < 3 {
+			return errors.New("receiver busy")
+		}
+		return nil
+	})
+	cfg := outbox.Config{Ordered: true, BatchSize: 4, Workers: 4, RetryBase: 30 * time.Millisecond, RetryCap: 30 * time.Millisecond}
+	drain(t, b.dispatcher(t, rec.Sink(), cursorConfig(cfg)))
+
+	mu.Lock()
+	defer mu.Unlock()
+	var gotA, gotOther []int64
+	seen := map[int64]bool{}
+	for _, id := range order {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		if slices_contains(a, id) {
+			gotA = append(gotA, id)
+		} else {
+			gotOther = append(gotOther, id)
+		}
+	}
+	require.Equal(t, a, gotA, "a in id order, its tail only after its third message went out")
+	require.Equal(t, other, gotOther)
+	last := map[int64]int{}
+	for i, id := range order {
+		last[id] = i
+	}
+	for _, id := range a[3:] {
+		require.Greater(t, last[id], last[a[2]], "%d went out after a[2]'s delivery", id)
+	}
+	require.Empty(t, b.parked(t), "everything was delivered")
+}
+
+func slices_contains(s []int64, v int64) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// A producer transaction that stays open while later ones are delivered,
+// then commits, is delivered; one that rolls back is not.
+func TestCursorLeasesDeliverALateCommit(t *testing.T) {
+	t.Parallel()
+	b := cursorBundle(t, 2)
+	late, err := b.pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer late.Rollback(context.Background()) //nolint:errcheck // committed below
+	lateIDs, err := outbox.Producer{Table: b.table}.Enqueue(t.Context(), late, msgs("late", 3)...)
+	require.NoError(t, err)
+	doomed, err := b.pool.Begin(t.Context())
+	require.NoError(t, err)
+	_, err = outbox.Producer{Table: b.table}.Enqueue(t.Context(), doomed, msgs("doomed", 2)...)
+	require.NoError(t, err)
+
+	rec := newRecorder(nil)
+	d := b.dispatcher(t, rec.Sink(), cursorConfig(outbox.Config{}))
+	start(t, d)
+	var early []int64
+	for range 5 {
+		early = append(early, b.enqueueN(t, 4, "early")...)
+	}
+	require.Eventually(t, func() bool { return len(rec.Messages()) == len(early) }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, doomed.Rollback(t.Context()))
+	require.NoError(t, late.Commit(t.Context()))
+	require.Eventually(t, func() bool { return len(rec.Messages()) == len(early)+len(lateIDs) }, 10*time.Second, 10*time.Millisecond)
+	var got []int64
+	for _, m := range rec.Messages() {
+		got = append(got, m.ID)
+	}
+	require.ElementsMatch(t, append(early, lateIDs...), got, "each once, the late ones included, the rolled-back ones never")
+}

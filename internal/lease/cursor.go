@@ -1,0 +1,550 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outbox/internal/store"
+)
+
+// Decision is the outcome of a write a batched mode decided: whether it
+// held. ID and Token name the write (its RowWrite's ID and LeaseVersion).
+type Decision struct {
+	ID, Token int64
+	Held      bool
+}
+
+// Batched is a mode whose writes take effect a read batch at a time
+// (snapshot cursors): the completer hands it the verdicts as they come,
+// and learns of each write's fate once the last verdict of its batch came
+// and the batch was written.
+type Batched interface {
+	Mode
+	// Decide records writes and writes every batch that is complete,
+	// returning the writes decided, those of earlier calls included. A
+	// write recorded before is not recorded again, so a call that failed
+	// may be made again with the same writes.
+	Decide(ctx context.Context, writes []store.RowWrite) ([]Decision, error)
+	// Abandon gives up the batches that could not be written: their
+	// shards are read again from what is stored once nothing of them is
+	// in flight, and every write recorded for them is decided unheld.
+	Abandon() []Decision
+	// Kick fires when batches became complete without a verdict (a batch
+	// held back whole, a window found empty): the completer then calls
+	// Decide with no writes.
+	Kick() <-chan struct{}
+}
+
+// cursorLeases are snapshot cursors on shard leases (docs/snapshot-cursors.md):
+// the shards are owned, renewed and balanced as under shard leases, but a
+// shard is read as windows of committed transactions, and a message is
+// written only when it is not delivered (it is parked). The cursor of a
+// shard moves, one write per batch, fenced on the shard's token, once
+// every message of the batch has its outcome.
+type cursorLeases struct {
+	*shardLeases
+	// cacheSize is how many ids of a window one load reads.
+	cacheSize int
+	kick      chan struct{}
+
+	// Guarded by shardLeases.mu.
+	windows map[int]*window
+	// batchOf maps each message read and not yet decided to its batch.
+	batchOf map[int64]*batch
+	// parkedAt is when the parked messages are next read.
+	parkedAt time.Time
+	// lastOf is, ordered, each aggregate's last message handed out.
+	lastOf map[string]int64
+	// undecided are the batches complete and not yet written, in the
+	// order they are to be written; decided the writes decided outside a
+	// Decide call (of batches given up), for the next one to return.
+	undecided []*batch
+	decided   []Decision
+}
+
+func newCursorLeases(st *store.Store, pool *pgxpool.Pool, cfg Config, cb Callbacks, log *slog.Logger, count int, leases *Registry) *cursorLeases {
+	return &cursorLeases{
+		shardLeases: newShardLeases(st, pool, cfg, cb, log, count, leases),
+		cacheSize:   max(4*cfg.Window, 1024),
+		kick:        make(chan struct{}, 1),
+		windows:     map[int]*window{}, batchOf: map[int64]*batch{}, lastOf: map[string]int64{},
+	}
+}
+
+// Claim reads the parked messages that are due (at most once per poll
+// interval unless one is known to be due), then the windows of the shards
+// held: a load of the windows whose ids are used up, then the rows of up
+// to batch ids taken from them, fetched by primary key. Ordered, a row
+// whose aggregate has an earlier parked message is held back (parked
+// behind it) and not returned.
+func (c *cursorLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]store.Row, time.Time, error) {
+	if clearWait {
+		if err := c.store.Unwait(ctx, c.pool, c.cfg.Owner); err != nil {
+			return nil, time.Time{}, err
+		}
+	}
+	now := c.cfg.Clock.Now()
+	c.mu.Lock()
+	tokens := c.sync()
+	var parkedFrom []store.ShardLease
+	if !c.parkedAt.After(now) || clearWait {
+		c.parkedAt = now.Add(c.cfg.PollInterval)
+		for _, shard := range c.members.sorted() {
+			if !c.flight.abandoned[shard] {
+				parkedFrom = append(parkedFrom, store.ShardLease{Shard: shard, Token: tokens[shard]})
+			}
+		}
+	}
+	exclude := c.flight.exclude()
+	c.mu.Unlock()
+
+	var rows []store.Row
+	var dbNow time.Time
+	if len(parkedFrom) > 0 {
+		got, at, err := c.store.ReadParked(ctx, c.pool, c.cfg.Owner, parkedFrom, batch, exclude, c.cfg.Ordered)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		rows, dbNow = got[:min(len(got), batch)], at
+		c.mu.Lock()
+		c.batchParked(rows)
+		c.mu.Unlock()
+	}
+	if room := batch - len(rows); room > 0 {
+		got, at, err := c.readWindows(ctx, room)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		if !at.IsZero() {
+			dbNow = at
+		}
+		rows = append(rows, got...)
+	}
+	if dbNow.IsZero() {
+		dbNow = now
+	}
+	c.mu.Lock()
+	c.chain(rows)
+	c.mu.Unlock()
+	kept := c.lease(slices.Clone(rows), tokens)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(kept) < len(rows) {
+		// Rows of shards lost since they were read are not handed out.
+		in := make(map[int64]bool, len(kept))
+		for _, r := range kept {
+			in[r.ID] = true
+		}
+		for _, r := range rows {
+			if b := c.batchOf[r.ID]; b != nil && !in[r.ID] {
+				b.gone(r.ID)
+				delete(c.batchOf, r.ID)
+				if b.complete() && b.dead {
+					c.decided = append(c.decided, c.decideAll(b, false)...)
+					c.kickCompleter()
+				}
+			}
+		}
+	}
+	return kept, dbNow, nil
+}
+
+// sync forgets the windows of shards no longer held under their token (or
+// stale with nothing in flight, to be loaded again) and returns the token
+// of each shard held.
+func (c *cursorLeases) sync() map[int]int64 {
+	busy := c.flight.busy()
+	for shard, w := range c.windows {
+		if c.members.holds(shard, w.token) && (!w.stale || busy[shard]) {
+			continue
+		}
+		c.kill(w.batches)
+		delete(c.windows, shard)
+	}
+	tokens := make(map[int]int64, len(c.members.held))
+	for shard, token := range c.members.held {
+		tokens[shard] = token
+		if c.windows[shard] == nil {
+			c.windows[shard] = &window{token: token}
+		}
+	}
+	return tokens
+}
+
+// batchParked puts parked messages read into one batch per shard.
+func (c *cursorLeases) batchParked(rows []store.Row) {
+	per := map[int]*batch{}
+	for i := range rows {
+		r := &rows[i]
+		b := per[r.Shard]
+		if b == nil {
+			b = newBatch(store.ShardLease{Shard: r.Shard, Token: c.windows[r.Shard].token}, "")
+			per[r.Shard] = b
+		}
+		b.add(r, true)
+		c.batchOf[r.ID] = b
+	}
+}
+
+// readWindows loads the windows that need it, takes up to room ids of
+// them and fetches their rows.
+func (c *cursorLeases) readWindows(ctx context.Context, room int) ([]store.Row, time.Time, error) {
+	c.mu.Lock()
+	var loads []store.WindowLoad
+	for _, shard := range c.members.sorted() {
+		w := c.windows[shard]
+		if w == nil || c.flight.abandoned[shard] {
+			continue
+		}
+		if l, ok := w.plan(store.ShardLease{Shard: shard, Token: w.token}); ok {
+			loads = append(loads, l)
+		}
+	}
+	c.mu.Unlock()
+	if len(loads) > 0 {
+		got, err := c.store.LoadWindows(ctx, c.pool, c.cfg.Owner, loads, c.cacheSize)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		c.mu.Lock()
+		kicked := false
+		for _, g := range got {
+			if w := c.windows[g.Shard]; w != nil && c.members.holds(g.Shard, w.token) {
+				if b := w.load(store.ShardLease{Shard: g.Shard, Token: w.token}, g, c.cacheSize); b != nil {
+					kicked = c.completed(w) || kicked
+				}
+			}
+		}
+		c.mu.Unlock()
+		if kicked {
+			c.kickCompleter()
+		}
+	}
+
+	c.mu.Lock()
+	shards := c.members.sorted()
+	have := make([]int, len(shards))
+	for i, shard := range shards {
+		if w := c.windows[shard]; w != nil && !w.stale && !c.flight.abandoned[shard] {
+			have[i] = len(w.ids)
+		}
+	}
+	var ids []int64
+	for i, n := range share(room, have) {
+		if n == 0 {
+			continue
+		}
+		w := c.windows[shards[i]]
+		b, taken := w.take(store.ShardLease{Shard: shards[i], Token: w.token}, n)
+		for _, id := range taken {
+			c.batchOf[id] = b
+		}
+		ids = append(ids, taken...)
+	}
+	c.mu.Unlock()
+	if len(ids) == 0 {
+		return nil, time.Time{}, nil
+	}
+	rows, at, err := c.store.FetchRows(ctx, c.pool, ids, c.cfg.Ordered)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		// The ids were taken: their batches are given up, and their
+		// shards read again from what is stored once nothing of them is
+		// in flight.
+		for _, id := range ids {
+			b := c.batchOf[id]
+			b.gone(id)
+			delete(c.batchOf, id)
+			if w := c.windows[b.lease.Shard]; w != nil && w.token == b.lease.Token {
+				c.stale(w)
+			}
+		}
+		return nil, time.Time{}, err
+	}
+	out := rows[:0]
+	fetched := make(map[int64]bool, len(rows))
+	kicked := false
+	for i := range rows {
+		r := &rows[i]
+		fetched[r.ID] = true
+		b := c.batchOf[r.ID]
+		b.fetched(r)
+		if r.Blocked {
+			// Held back behind an earlier parked message of its aggregate.
+			b.settle(r.ID, store.RowWrite{ID: r.ID})
+			delete(c.batchOf, r.ID)
+			kicked = b.complete() || kicked
+			continue
+		}
+		out = append(out, *r)
+	}
+	for _, id := range ids {
+		if !fetched[id] {
+			// Gone from the table since the load: nothing to deliver.
+			b := c.batchOf[id]
+			b.gone(id)
+			delete(c.batchOf, id)
+			kicked = b.complete() || kicked
+		}
+	}
+	if kicked {
+		c.kickCompleter()
+	}
+	return out, at, nil
+}
+
+// stale marks w to be loaded again from what is stored, once nothing of
+// its shard is in flight; its batches not yet written are given up.
+func (c *cursorLeases) stale(w *window) {
+	w.stale = true
+	c.kill(w.batches)
+	w.batches = nil
+}
+
+// kill gives batches up: they are decided unheld once complete (those
+// complete already at once).
+func (c *cursorLeases) kill(batches []*batch) {
+	for _, b := range batches {
+		if b.dead {
+			continue
+		}
+		b.dead = true
+		if b.complete() {
+			c.decided = append(c.decided, c.decideAll(b, false)...)
+			c.kickCompleter()
+		}
+	}
+}
+
+// completed reports whether w has batches ready to be written.
+func (c *cursorLeases) completed(w *window) bool {
+	return len(w.batches) > 0 && w.batches[0].complete()
+}
+
+func (c *cursorLeases) kickCompleter() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Kick fires when batches became complete outside a Decide call.
+func (c *cursorLeases) Kick() <-chan struct{} { return c.kick }
+
+// chain sets, ordered, each row's Prev: the message of its aggregate
+// handed out before it and still in flight.
+func (c *cursorLeases) chain(rows []store.Row) {
+	if !c.cfg.Ordered {
+		return
+	}
+	for i := range rows {
+		r := &rows[i]
+		if prev, ok := c.lastOf[r.AggregateID]; ok {
+			if _, inFlight := c.flight.of(prev); inFlight {
+				r.Prev = prev
+			}
+		}
+		c.lastOf[r.AggregateID] = r.ID
+	}
+}
+
+// Finalize is Decide for callers that write one batch at a time: it
+// reports, per write, whether it was decided held by this call.
+func (c *cursorLeases) Finalize(ctx context.Context, writes []store.RowWrite) ([]bool, error) {
+	got, err := c.Decide(ctx, writes)
+	if err != nil {
+		return nil, err
+	}
+	held := map[int64]bool{}
+	for _, d := range got {
+		held[d.ID] = d.Held
+	}
+	out := make([]bool, len(writes))
+	for i, w := range writes {
+		out[i] = held[w.ID]
+	}
+	return out, nil
+}
+
+// Decide records each write in its batch and writes the batches complete
+// at the front of their shards (and every complete batch of parked
+// messages) in one statement.
+func (c *cursorLeases) Decide(ctx context.Context, writes []store.RowWrite) ([]Decision, error) {
+	c.mu.Lock()
+	out := c.decided
+	c.decided = nil
+	for _, w := range writes {
+		b := c.batchOf[w.ID]
+		if b == nil || b.lease.Token != w.LeaseVersion {
+			// Not read under this token, or given up with its shard.
+			out = append(out, Decision{ID: w.ID, Token: w.LeaseVersion})
+			continue
+		}
+		if !b.settle(w.ID, w) {
+			continue // recorded by an earlier try
+		}
+		b.writes = append(b.writes, w)
+		switch {
+		case b.dead && b.complete():
+			out = append(out, c.decideAll(b, false)...)
+		case b.hi == "" && b.complete():
+			c.undecided = append(c.undecided, b)
+		}
+	}
+	for _, shard := range sortedKeys(c.windows) {
+		c.undecided = append(c.undecided, c.windows[shard].ready()...)
+	}
+	todo := c.undecided
+	c.mu.Unlock()
+	if len(todo) == 0 {
+		return out, nil
+	}
+	advances, parks := writesOf(todo)
+	held, err := c.store.AdvanceCursors(ctx, c.pool, c.cfg.Owner, advances, parks)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		// Kept for the next try, which writes the same again.
+		c.decided = append(out, c.decided...)
+		return nil, err
+	}
+	c.undecided = nil
+	now := c.cfg.Clock.Now()
+	for _, b := range todo {
+		ok := held[b.lease.Shard]
+		out = append(out, c.decideAll(b, ok)...)
+		if w := c.windows[b.lease.Shard]; !ok && w != nil && w.token == b.lease.Token {
+			c.stale(w)
+		}
+		for _, p := range b.parks {
+			// A retry comes due after its delay; a message held back
+			// may be due once the one before it is delivered.
+			if p.Status == store.StatusPending {
+				c.parkDue(now.Add(p.Delay))
+			}
+		}
+		if b.hi == "" {
+			c.parkDue(now)
+		}
+	}
+	return out, nil
+}
+
+// writesOf is the statement's part of batches: per shard the last cursor
+// move (a later batch stands for the ones before it), and every park.
+func writesOf(batches []*batch) ([]store.Advance, []store.Park) {
+	var advances []store.Advance
+	var parks []store.Park
+	at := map[int]int{}
+	for _, b := range batches {
+		parks = append(parks, b.parks...)
+		i, ok := at[b.lease.Shard]
+		if !ok {
+			at[b.lease.Shard], i = len(advances), len(advances)
+			advances = append(advances, store.Advance{ShardLease: b.lease})
+		}
+		if b.hi != "" {
+			advances[i] = b.advance()
+		}
+	}
+	return advances, parks
+}
+
+// parkDue makes the parked messages be read by at.
+func (c *cursorLeases) parkDue(at time.Time) {
+	if at.Before(c.parkedAt) {
+		c.parkedAt = at
+	}
+}
+
+// decideAll decides every write of b, and forgets its messages.
+func (c *cursorLeases) decideAll(b *batch, held bool) []Decision {
+	out := make([]Decision, len(b.writes))
+	for i, w := range b.writes {
+		out[i] = Decision{ID: w.ID, Token: w.LeaseVersion, Held: held}
+		if c.batchOf[w.ID] == b {
+			delete(c.batchOf, w.ID)
+		}
+	}
+	b.writes = nil
+	return out
+}
+
+func sortedKeys[V any](m map[int]V) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Abandon gives up the batches that could not be written (see Batched).
+func (c *cursorLeases) Abandon() []Decision {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, b := range c.undecided {
+		c.decided = append(c.decided, c.decideAll(b, false)...)
+		if w := c.windows[b.lease.Shard]; w != nil && w.token == b.lease.Token {
+			c.stale(w)
+		}
+	}
+	c.undecided = nil
+	out := c.decided
+	c.decided = nil
+	return out
+}
+
+// Settled forgets the messages settled: decided ones, and those the
+// fetcher forgot unwritten (held back behind an earlier message of their
+// aggregate), which are parked with the batch they were read in.
+func (c *cursorLeases) Settled(writes []store.RowWrite) {
+	c.mu.Lock()
+	kicked := false
+	for _, w := range writes {
+		if b := c.batchOf[w.ID]; b != nil && b.lease.Token == w.LeaseVersion && b.settle(w.ID, store.RowWrite{ID: w.ID}) {
+			// Forgotten unwritten: held back, parked with its batch.
+			delete(c.batchOf, w.ID)
+			if b.complete() {
+				if b.dead {
+					c.decided = append(c.decided, c.decideAll(b, false)...)
+				}
+				kicked = true
+			}
+		}
+		if c.lastOf[c.flight.aggs[w.ID]] == w.ID {
+			delete(c.lastOf, c.flight.aggs[w.ID])
+		}
+	}
+	c.flight.settle(writes)
+	c.mu.Unlock()
+	if kicked {
+		c.kickCompleter()
+	}
+}
+
+// Ordered and Chained: as under shard leases.
+func (c *cursorLeases) Ordered() bool { return c.cfg.Ordered }
+func (c *cursorLeases) Chained() bool { return c.cfg.Ordered }
+
+// Undelivered reports a parked message waiting or a committed row past its
+// shard's cursor.
+func (c *cursorLeases) Undelivered(ctx context.Context) (bool, error) {
+	return c.store.CursorUndelivered(ctx, c.pool)
+}
+
+// Close writes the batches complete without a verdict, then gives the
+// shards back.
+func (c *cursorLeases) Close(ctx context.Context) error {
+	if _, err := c.Decide(ctx, nil); err != nil {
+		c.Abandon()
+		return errors.Join(err, c.shardLeases.Close(ctx))
+	}
+	return c.shardLeases.Close(ctx)
+}

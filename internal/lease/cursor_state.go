@@ -1,0 +1,224 @@
+package lease
+
+import (
+	"github.com/outboxd/outbox/internal/store"
+)
+
+// window is what a dispatcher knows of one shard's snapshot cursor, under
+// the token it holds the shard with. It is plain data, guarded by the
+// shard leases' mutex.
+//
+// Invariants: batches are in read order, each after the one before it in
+// the shard's windows; done is the snapshot the cursor will stand at once
+// every batch is advanced (the hi of the last closing batch read, or the
+// stored done); while hi is set, the ids of the open window after `after`
+// are ids (a prefix of them when more is set), and none of them was read.
+type window struct {
+	token int64
+	// loaded: done is known (the shard was loaded once under this token).
+	loaded bool
+	done   string
+	// hi is the open window's snapshot ("" when none is open); after the
+	// last id read of it.
+	hi    string
+	after int64
+	ids   []int64
+	more  bool
+	// batches are the window batches read and not yet advanced.
+	batches []*batch
+	// stale: an advance of the shard was given up, and the shard is not
+	// read until nothing of it is in flight, then loaded again from what
+	// is stored.
+	stale bool
+}
+
+// batch is the messages of one shard read together, whose outcomes are
+// written at once: a window batch moves the cursor (to hi after last, or
+// past the window when close is set) and parks its exceptions; a batch of
+// parked messages (hi "") only writes their outcomes.
+type batch struct {
+	lease store.ShardLease
+	hi    string
+	last  int64
+	close bool
+	// rows are the batch's messages; open counts those not yet settled.
+	rows map[int64]*entry
+	open int
+	// parks are the writes the advance makes; writes the verdicts it
+	// decides.
+	parks  []store.Park
+	writes []store.RowWrite
+	// dead: the shard's window was dropped (the shard lost, or its
+	// advance given up); its writes are decided unheld without a
+	// statement.
+	dead bool
+}
+
+// entry is one message of a batch.
+type entry struct {
+	agg string
+	// failed is its failed deliveries before this one; parked, whether it
+	// was read from the parked table.
+	failed  int
+	parked  bool
+	settled bool
+}
+
+func newBatch(l store.ShardLease, hi string) *batch {
+	return &batch{lease: l, hi: hi, rows: map[int64]*entry{}}
+}
+
+// add puts a message read into the batch.
+func (b *batch) add(r *store.Row, parked bool) {
+	b.rows[r.ID] = &entry{agg: r.AggregateID, failed: r.Attempts - 1, parked: parked}
+	b.open++
+}
+
+// fetched fills in the entry of a message taken by id, once its row is
+// read.
+func (b *batch) fetched(r *store.Row) {
+	if e := b.rows[r.ID]; e != nil {
+		e.agg, e.failed = r.AggregateID, r.Attempts-1
+	}
+}
+
+// gone settles a message that has nothing to write: its row vanished from
+// the table before it was fetched, or it was never handed out.
+func (b *batch) gone(id int64) {
+	if e := b.rows[id]; e != nil && !e.settled {
+		e.settled = true
+		b.open--
+	}
+}
+
+// complete reports whether every message of the batch is settled.
+func (b *batch) complete() bool { return b.open == 0 }
+
+// settle records the outcome of message id: nothing for a window message
+// delivered, a cleared parked row for a parked one delivered, and a parked
+// row for everything else (status "" is a message held back unpublished
+// behind an earlier one of its aggregate: its attempt is refunded). It
+// reports false when the message is not the batch's or was settled before.
+func (b *batch) settle(id int64, w store.RowWrite) bool {
+	e, ok := b.rows[id]
+	if !ok || e.settled {
+		return false
+	}
+	e.settled = true
+	b.open--
+	status, failed := w.Status, e.failed
+	switch {
+	case status == "":
+		status, w.Delay, w.Error = store.StatusPending, 0, ""
+	case !w.Refund:
+		failed++
+	}
+	if status == store.StatusDone && !e.parked {
+		return true
+	}
+	b.parks = append(b.parks, store.Park{
+		ID: id, Shard: b.lease.Shard, AggregateID: e.agg, Status: status, Delay: w.Delay, Attempts: failed, Error: w.Error,
+	})
+	return true
+}
+
+// advance is the cursor move of a window batch.
+func (b *batch) advance() store.Advance {
+	return store.Advance{ShardLease: b.lease, Hi: b.hi, Last: b.last, Close: b.close}
+}
+
+// ready takes out of w the batches at its front that are complete: their
+// cursor moves are made in read order, the last one standing for all.
+func (w *window) ready() []*batch {
+	n := 0
+	for n < len(w.batches) && w.batches[n].complete() {
+		n++
+	}
+	out := w.batches[:n:n]
+	w.batches = w.batches[n:]
+	return out
+}
+
+// take takes up to n ids of the open window into a batch under l. The
+// batch closes the window when it takes its last id.
+func (w *window) take(l store.ShardLease, n int) (*batch, []int64) {
+	n = min(n, len(w.ids))
+	ids := w.ids[:n:n]
+	w.ids = w.ids[n:]
+	b := newBatch(l, w.hi)
+	for _, id := range ids {
+		b.rows[id] = &entry{}
+	}
+	b.open = len(ids)
+	b.last = ids[len(ids)-1]
+	w.after = b.last
+	if len(w.ids) == 0 && !w.more {
+		b.close = true
+		w.done, w.hi, w.after = w.hi, "", 0
+	}
+	w.batches = append(w.batches, b)
+	return b, ids
+}
+
+// loaded applies a load of the shard's window. A window that turns out
+// empty after rows of it were read (or read by an earlier owner) is
+// closed by an empty batch, returned; a new window that is empty is
+// dropped: nothing is to be written.
+func (w *window) load(l store.ShardLease, got store.Window, limit int) *batch {
+	w.loaded, w.done, w.hi, w.after = true, got.Done, got.Hi, got.After
+	w.ids, w.more = got.IDs, len(got.IDs) >= limit
+	if len(w.ids) > 0 {
+		return nil
+	}
+	if !got.Resumed {
+		w.hi, w.after = "", 0
+		return nil
+	}
+	b := newBatch(l, w.hi)
+	b.last, b.close = w.after, true
+	w.done, w.hi, w.after = w.hi, "", 0
+	w.batches = append(w.batches, b)
+	return b
+}
+
+// plan is what a window needs before its next read: a load (of a new
+// window, of more of the open one, or of what is stored), or nothing (it
+// has ids to take, or is stale).
+func (w *window) plan(l store.ShardLease) (store.WindowLoad, bool) {
+	switch {
+	case w.stale || len(w.ids) > 0:
+		return store.WindowLoad{}, false
+	case !w.loaded:
+		return store.WindowLoad{ShardLease: l}, true
+	case w.hi != "":
+		return store.WindowLoad{ShardLease: l, Done: w.done, Hi: w.hi, After: w.after}, true
+	}
+	return store.WindowLoad{ShardLease: l, Done: w.done}, true
+}
+
+// share splits room among shards that have n[i] ids each: an equal share
+// first, then what the others left, in order.
+func share(room int, n []int) []int {
+	out := make([]int, len(n))
+	for room > 0 {
+		var want int
+		for i := range n {
+			if n[i] > out[i] {
+				want++
+			}
+		}
+		if want == 0 {
+			break
+		}
+		each := max(room/want, 1)
+		for i := range n {
+			if room == 0 {
+				break
+			}
+			k := min(each, n[i]-out[i], room)
+			out[i] += k
+			room -= k
+		}
+	}
+	return out
+}
