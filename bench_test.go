@@ -18,13 +18,19 @@ func BenchmarkDrain(b *testing.B) {
 		name    string
 		ordered bool
 		shards  bool
-	}{{"Unordered", false, false}, {"Ordered", true, false}, {"Shards", true, true}, {"ShardsUnordered", false, true}} {
+		cursor  bool
+	}{{"Unordered", false, false, false}, {"Ordered", true, false, false}, {"Shards", true, true, false}, {"ShardsUnordered", false, true, false},
+		{"Cursor", false, true, true}, {"CursorOrdered", true, true, true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			bundle := setup(b)
 			mode := outbox.LeaseRows
 			if tc.shards {
 				require.NoError(b, bundle.admin.EnableShards(context.Background(), 16))
 				mode = outbox.LeaseShards
+			}
+			if tc.cursor {
+				require.NoError(b, bundle.admin.EnableCursors(context.Background()))
+				mode = outbox.LeaseCursor
 			}
 			_, err := bundle.pool.Exec(context.Background(), `INSERT INTO `+bundle.quoted+` (aggregate_type, aggregate_id, event_type, payload)
 				SELECT 'order', (g % 1000)::text, 'OrderCreated', '{"n":1}' FROM generate_series(1, $1) AS g`, b.N)

@@ -33,6 +33,11 @@ type completer struct {
 	// decided, by lease.
 	batched lease.Batched
 	waiting map[store.Lease]verdict
+	// settled, held, done and doneKeys are finalizeBatched's, reused.
+	settled  []verdict
+	held     []bool
+	done     []store.RowWrite
+	doneKeys []store.Lease
 }
 
 func newCompleter(d *Dispatcher, mode lease.Mode, s *slots, leases *lease.Registry, maxBatch int) *completer {
@@ -49,7 +54,7 @@ func newCompleter(d *Dispatcher, mode lease.Mode, s *slots, leases *lease.Regist
 // finalizeBatched).
 func newBatchedCompleter(d *Dispatcher, mode lease.Batched, s *slots, leases *lease.Registry, maxBatch int) *completer {
 	c := newCompleter(d, mode, s, leases, maxBatch)
-	c.batched, c.waiting = mode, map[store.Lease]verdict{}
+	c.batched, c.waiting = mode, make(map[store.Lease]verdict, s.size)
 	return c
 }
 
@@ -208,11 +213,8 @@ func (c *completer) finalizeBatched(batch []verdict) {
 		c.waiting[key] = batch[i]
 		c.writes = append(c.writes, batch[i].write)
 	}
-	for key := range c.waiting {
-		c.keys = append(c.keys, key)
-	}
 	start := c.clock.Now()
-	decided, err := c.decide(c.writes, c.keys)
+	decided, err := c.decide(c.writes)
 	if err != nil {
 		c.log.Error("giving up on finalize; the messages will be delivered again", slog.Int("rows", len(c.waiting)))
 		c.hook.OnFinalize(FinalizeEvent{Rows: len(batch), Duration: c.clock.Since(start), Err: err})
@@ -221,10 +223,11 @@ func (c *completer) finalizeBatched(batch []verdict) {
 	if len(decided) == 0 {
 		return
 	}
-	settled := make([]verdict, 0, len(decided))
-	held := make([]bool, 0, len(decided))
-	writes := make([]store.RowWrite, 0, len(decided))
-	keys := make([]store.Lease, 0, len(decided))
+	settled, held, writes, keys := c.settled[:0], c.held[:0], c.done[:0], c.doneKeys[:0]
+	defer func() {
+		clear(settled) // let the claims go
+		c.settled, c.held, c.done, c.doneKeys = settled[:0], held[:0], writes[:0], keys[:0]
+	}()
 	lost := 0
 	for _, d := range decided {
 		key := store.Lease{ID: d.ID, Version: d.Token}
@@ -255,17 +258,25 @@ func (c *completer) finalizeBatched(batch []verdict) {
 
 // decide runs the mode's Decide, retrying as write does while the leases
 // of the verdicts waiting may still hold.
-func (c *completer) decide(writes []store.RowWrite, keys []store.Lease) ([]lease.Decision, error) {
-	giveUp := c.clock.Now().Add(2 * time.Second)
-	if last := c.leases.LastDeadline(keys); last.After(giveUp) {
-		giveUp = last
-	}
+func (c *completer) decide(writes []store.RowWrite) ([]lease.Decision, error) {
+	var giveUp time.Time
 	for attempt := 0; ; attempt++ {
+		if attempt == 1 {
+			// Only once a try failed: the keys of every verdict waiting.
+			c.keys = c.keys[:0]
+			for key := range c.waiting {
+				c.keys = append(c.keys, key)
+			}
+			giveUp = c.clock.Now().Add(2 * time.Second)
+			if last := c.leases.LastDeadline(c.keys); last.After(giveUp) {
+				giveUp = last
+			}
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		start := c.clock.Now()
 		decided, err := c.batched.Decide(ctx, writes)
 		cancel()
-		if err == nil || c.clock.Now().After(giveUp) {
+		if err == nil || attempt > 0 && c.clock.Now().After(giveUp) {
 			if err != nil || len(decided) > 0 {
 				c.stats.finalizes.Add(1)
 			}

@@ -52,6 +52,10 @@ type Config struct {
 	// Shards, when positive, sets each table up with that many shards
 	// (for a dispatcher with LeaseShards).
 	Shards int
+	// Cursor sets each table up for snapshot cursors too (LeaseCursor):
+	// after its done rows are inserted, so that only the rows to drain
+	// are in the cursors' index.
+	Cursor bool
 	// Sink is where drained messages go.
 	Sink outbox.Sink
 	// HTTPSink opens the HTTP sink to a URL (Latency).
@@ -147,6 +151,11 @@ func (b *Benchmarker) table(ctx context.Context, doneRows, pending int) (*benchT
 		count  int
 		status string
 	}{{doneRows, "done"}, {pending, "pending"}} {
+		if part.status == "pending" && b.cfg.Cursor {
+			if err := a.EnableCursors(ctx); err != nil {
+				return nil, drop, err
+			}
+		}
 		for done := 0; done < part.count; {
 			chunk := min(100000, part.count-done)
 			if _, err := b.pool.Exec(ctx, fill, chunk, part.status, cmp.Or(b.cfg.Aggregates, 1000)); err != nil {

@@ -24,14 +24,19 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 		dryRun      bool
 		lockTimeout time.Duration
 		shards      int
+		cursor      bool
 	)
-	c := newDBCommand(e, "migrate", "migrate [--dsn DSN] [--table NAME] [--dry-run] [--lock-timeout 2s] [--shards N]", &lf)
+	c := newDBCommand(e, "migrate", "migrate [--dsn DSN] [--table NAME] [--dry-run] [--lock-timeout 2s] [--shards N [--cursor]]", &lf)
 	c.BoolVar(&dryRun, "dry-run", false, "print the SQL migrate would run (nothing for a current table) and change nothing")
 	durVar(c.FlagSet, &lockTimeout, "lock-timeout", outbox.MigrateLockTimeoutDefault,
 		"longest wait of a DDL statement for its table lock before it is rolled back and retried")
 	c.IntVar(&shards, "shards", 0, "also set the table up for --lease-mode shard with N shards (1-4096; cannot be changed later); 0 = not")
+	c.BoolVar(&cursor, "cursor", false, "with --shards: also set the table up for --lease-mode cursor (snapshot cursors; PostgreSQL 13 or later); from then on only cursor dispatchers may relay it")
 	if err := c.parse(e, args); err != nil {
 		return err
+	}
+	if cursor && shards == 0 {
+		return usagef("--cursor needs --shards N")
 	}
 	if lockTimeout <= 0 {
 		return usagef("--lock-timeout must be positive, got %s", lockTimeout)
@@ -53,6 +58,13 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 		case shards > 0:
 			if err := a.EnableShards(ctx, shards); err != nil {
 				return err
+			}
+			if cursor {
+				if err := a.EnableCursors(ctx); err != nil {
+					return err
+				}
+				fmt.Fprintf(e.stdout, "migrated table %s with %d shards and snapshot cursors\n", c.db.table, shards)
+				return nil
 			}
 			fmt.Fprintf(e.stdout, "migrated table %s with %d shards\n", c.db.table, shards)
 		default:

@@ -32,9 +32,9 @@ type benchOpts struct {
 }
 
 // shardCount is how many shards the bench tables get: none unless the
-// dispatcher runs on shard leases.
+// dispatcher runs on shard leases or snapshot cursors.
 func (o *benchOpts) shardCount() int {
-	if outbox.LeaseMode(o.rf.leaseMode) != outbox.LeaseShards {
+	if m := outbox.LeaseMode(o.rf.leaseMode); m != outbox.LeaseShards && m != outbox.LeaseCursor {
 		return 0
 	}
 	return o.shards
@@ -87,7 +87,8 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		Messages: o.messages, DoneRows: o.doneRows, Aggregates: o.aggs, Variant: o.variant,
 		Producers: o.producers, Rounds: o.rounds, Duration: o.duration,
 		Latency: o.latency, Rate: o.rate, Keep: o.keep, Shards: o.shardCount(),
-		Sink: sink,
+		Cursor: outbox.LeaseMode(o.rf.leaseMode) == outbox.LeaseCursor,
+		Sink:   sink,
 		HTTPSink: func(url string) (outbox.Sink, error) {
 			return openSink(url, &sinkEnv{stdout: e.stdout, logger: logger})
 		},
@@ -106,7 +107,7 @@ func (o *benchOpts) register(fs *flag.FlagSet) {
 	durVar(fs, &o.duration, "duration", 5*time.Second, "length of each producer phase")
 	fs.IntVar(&o.rounds, "rounds", 3, "producer phases are alternated this many times; the median counts")
 	fs.BoolVar(&o.keep, "keep", false, "keep the bench schema afterwards")
-	fs.IntVar(&o.shards, "shards", 16, "with --lease-mode shard: the bench table's shards")
+	fs.IntVar(&o.shards, "shards", 16, "with --lease-mode shard or cursor: the bench table's shards")
 	fs.BoolVar(&o.latency, "latency", false, "instead of draining: measure delivery latency at --rate inserts/s from --producers (default 4) through the HTTP sink to a local receiver")
 	fs.IntVar(&o.rate, "rate", 1000, "with --latency: single-row insert transactions per second, across all producers")
 }

@@ -131,19 +131,23 @@ func (c *cursorLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]
 	c.mu.Lock()
 	c.chain(rows)
 	c.mu.Unlock()
-	kept := c.lease(slices.Clone(rows), tokens)
+	read := make([]int64, len(rows))
+	for i := range rows {
+		read[i] = rows[i].ID
+	}
+	kept := c.lease(rows, tokens)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(kept) < len(rows) {
+	if len(kept) < len(read) {
 		// Rows of shards lost since they were read are not handed out.
 		in := make(map[int64]bool, len(kept))
 		for _, r := range kept {
 			in[r.ID] = true
 		}
-		for _, r := range rows {
-			if b := c.batchOf[r.ID]; b != nil && !in[r.ID] {
-				b.gone(r.ID)
-				delete(c.batchOf, r.ID)
+		for _, id := range read {
+			if b := c.batchOf[id]; b != nil && !in[id] {
+				b.gone(id)
+				delete(c.batchOf, id)
 				if b.complete() && b.dead {
 					c.decided = append(c.decided, c.decideAll(b, false)...)
 					c.kickCompleter()

@@ -146,8 +146,11 @@ func (w *window) take(l store.ShardLease, n int) (*batch, []int64) {
 	ids := w.ids[:n:n]
 	w.ids = w.ids[n:]
 	b := newBatch(l, w.hi)
-	for _, id := range ids {
-		b.rows[id] = &entry{}
+	b.rows = make(map[int64]*entry, len(ids))
+	b.writes = make([]store.RowWrite, 0, len(ids))
+	entries := make([]entry, len(ids))
+	for i, id := range ids {
+		b.rows[id] = &entries[i]
 	}
 	b.open = len(ids)
 	b.last = ids[len(ids)-1]

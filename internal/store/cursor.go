@@ -119,7 +119,7 @@ func (s *Store) FetchRows(ctx context.Context, db DB, ids []int64, ordered bool)
 	if err != nil {
 		return nil, time.Time{}, translate(err)
 	}
-	return scanCursorRows(rows)
+	return scanCursorRows(rows, len(ids))
 }
 
 // ReadParked returns up to limit parked messages that are due of each
@@ -134,26 +134,26 @@ func (s *Store) ReadParked(ctx context.Context, db DB, owner string, leases []Sh
 	if err != nil {
 		return nil, time.Time{}, translate(err)
 	}
-	return scanCursorRows(rows)
+	return scanCursorRows(rows, 0)
 }
 
-func scanCursorRows(rows pgx.Rows) ([]Row, time.Time, error) {
+// scanCursorRows scans the rows of a fetch or a parked read; n is how
+// many are expected, if known.
+func scanCursorRows(rows pgx.Rows, n int) ([]Row, time.Time, error) {
 	defer rows.Close()
-	var out []Row
+	out := make([]Row, 0, n)
 	var now time.Time
 	for rows.Next() {
-		var r Row
-		var payload string
+		out = append(out, Row{})
+		r := &out[len(out)-1]
 		var headers, uid *string
-		if err := rows.Scan(&r.ID, &r.AggregateType, &r.AggregateID, &r.EventType, &payload,
+		if err := rows.Scan(&r.ID, &r.AggregateType, &r.AggregateID, &r.EventType, &r.Payload,
 			&r.CreatedAt, &r.Attempts, &headers, &uid, &r.Shard, &now, &r.Blocked); err != nil {
 			return nil, time.Time{}, translate(err)
 		}
 		r.Attempts++
-		r.Payload = []byte(payload)
 		r.setHeaders(headers)
 		r.setUID(uid)
-		out = append(out, r)
 	}
 	return out, now, translate(rows.Err())
 }
