@@ -52,10 +52,14 @@ type Config struct {
 	// Shards, when positive, sets each table up with that many shards
 	// (for a dispatcher with LeaseShards).
 	Shards int
-	// Cursor sets each table up for snapshot cursors too (LeaseCursor):
-	// after its done rows are inserted, so that only the rows to drain
-	// are in the cursors' index.
+	// Cursor sets each table up for snapshot cursors too (LeaseCursor),
+	// the cursors moved past its done rows once they are inserted.
 	Cursor bool
+	// HoldSnapshot keeps another session in a REPEATABLE READ transaction
+	// with its snapshot taken, HoldWriter one in a transaction that has
+	// written (its id assigned), for the whole of each drain: vacuum
+	// cannot remove what either could still see.
+	HoldSnapshot, HoldWriter bool
 	// Sink is where drained messages go.
 	Sink outbox.Sink
 	// HTTPSink opens the HTTP sink to a URL (Latency).
@@ -146,13 +150,21 @@ func (b *Benchmarker) table(ctx context.Context, doneRows, pending int) (*benchT
 			return nil, drop, err
 		}
 	}
+	if b.cfg.Cursor {
+		if err := a.EnableCursors(ctx); err != nil {
+			return nil, drop, err
+		}
+	}
 	fill := t.sql("fill.sql")
 	for _, part := range []struct {
 		count  int
 		status string
 	}{{doneRows, "done"}, {pending, "pending"}} {
 		if part.status == "pending" && b.cfg.Cursor {
-			if err := a.EnableCursors(ctx); err != nil {
+			// Delivered: the cursors stand past the done rows.
+			pass := "UPDATE " + pgx.Identifier{t.schema, "outbox_shards"}.Sanitize() +
+				" SET done = pg_catalog.pg_current_snapshot(), win = NULL, win_last = NULL"
+			if _, err := b.pool.Exec(ctx, pass); err != nil {
 				return nil, drop, err
 			}
 		}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outboxd/outbox"
 	"github.com/outboxd/outbox/internal/service"
 )
@@ -53,6 +55,11 @@ func (b *Benchmarker) drain(ctx context.Context, variant string) (float64, error
 		return 0, err
 	}
 	var roundTrips, commits int64
+	release, err := b.hold(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer release()
 	spent := startCost(ctx, b.pool, t)
 	start := time.Now()
 	progressDone := b.progress(ctx, rec.count, c.Messages)
@@ -95,6 +102,43 @@ func (b *Benchmarker) drain(ctx context.Context, variant string) (float64, error
 		percentile(rec.lags, 0.50).Round(time.Millisecond), percentile(rec.lags, 0.90).Round(time.Millisecond),
 		percentile(rec.lags, 0.99).Round(time.Millisecond), percentile(rec.lags, 1).Round(time.Millisecond))
 	return rate, nil
+}
+
+// hold starts what HoldSnapshot and HoldWriter ask for, each on a
+// connection of its own, and returns what ends them.
+func (b *Benchmarker) hold(ctx context.Context) (func(), error) {
+	var held []*pgxpool.Conn
+	release := func() {
+		for _, c := range held {
+			_, _ = c.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+			c.Release()
+		}
+	}
+	for _, h := range []struct {
+		on         bool
+		begin, say string
+	}{
+		{b.cfg.HoldSnapshot, "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_catalog.pg_class",
+			"a REPEATABLE READ snapshot held by another session for the whole drain"},
+		{b.cfg.HoldWriter, "BEGIN; SELECT pg_catalog.pg_current_xact_id()",
+			"a writing transaction left open by another session for the whole drain"},
+	} {
+		if !h.on {
+			continue
+		}
+		c, err := b.pool.Acquire(ctx)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		held = append(held, c)
+		if _, err := c.Exec(ctx, h.begin); err != nil {
+			release()
+			return nil, err
+		}
+		fmt.Fprintf(b.cfg.Stdout, "held             %s\n", h.say)
+	}
+	return release, nil
 }
 
 // progress prints how many of total count says are delivered every two

@@ -29,6 +29,8 @@ type benchOpts struct {
 	latency   bool
 	rate      int
 	shards    int
+	holdSnap  bool
+	holdWrite bool
 }
 
 // shardCount is how many shards the bench tables get: none unless the
@@ -87,8 +89,9 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		Messages: o.messages, DoneRows: o.doneRows, Aggregates: o.aggs, Variant: o.variant,
 		Producers: o.producers, Rounds: o.rounds, Duration: o.duration,
 		Latency: o.latency, Rate: o.rate, Keep: o.keep, Shards: o.shardCount(),
-		Cursor: outbox.LeaseMode(o.rf.leaseMode) == outbox.LeaseCursor,
-		Sink:   sink,
+		Cursor:       outbox.LeaseMode(o.rf.leaseMode) == outbox.LeaseCursor,
+		HoldSnapshot: o.holdSnap, HoldWriter: o.holdWrite,
+		Sink: sink,
 		HTTPSink: func(url string) (outbox.Sink, error) {
 			return openSink(url, &sinkEnv{stdout: e.stdout, logger: logger})
 		},
@@ -108,6 +111,8 @@ func (o *benchOpts) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.rounds, "rounds", 3, "producer phases are alternated this many times; the median counts")
 	fs.BoolVar(&o.keep, "keep", false, "keep the bench schema afterwards")
 	fs.IntVar(&o.shards, "shards", 16, "with --lease-mode shard or cursor: the bench table's shards")
+	fs.BoolVar(&o.holdSnap, "hold-snapshot", false, "while each drain runs, another session holds a REPEATABLE READ snapshot (vacuum cannot clean up behind it)")
+	fs.BoolVar(&o.holdWrite, "hold-writer", false, "while each drain runs, another session holds a transaction that has written (its id stays in progress)")
 	fs.BoolVar(&o.latency, "latency", false, "instead of draining: measure delivery latency at --rate inserts/s from --producers (default 4) through the HTTP sink to a local receiver")
 	fs.IntVar(&o.rate, "rate", 1000, "with --latency: single-row insert transactions per second, across all producers")
 }
@@ -120,6 +125,9 @@ func (o *benchOpts) check(fs *flag.FlagSet) error {
 	}
 	if o.aggs < 1 {
 		return usagef("--aggregates must be positive, got %d", o.aggs)
+	}
+	if (o.holdSnap || o.holdWrite) && (o.latency || o.producers > 0) {
+		return usagef("--hold-snapshot and --hold-writer go with a drain, not with --latency or --producers")
 	}
 	if o.latency {
 		if fs.Changed("sink") {
