@@ -198,36 +198,42 @@ func (c *cursorLeases) batchParked(rows []store.Row) {
 // readWindows loads the windows that need it, takes up to room ids of
 // them and fetches their rows.
 func (c *cursorLeases) readWindows(ctx context.Context, room int) ([]store.Row, time.Time, error) {
-	c.mu.Lock()
-	var loads []store.WindowLoad
-	for _, shard := range c.members.sorted() {
-		w := c.windows[shard]
-		if w == nil || c.flight.abandoned[shard] {
-			continue
+	// A second load opens the next window of the shards whose open window
+	// turned out to have nothing left (closed by an empty batch).
+	for round := 0; round < 2; round++ {
+		c.mu.Lock()
+		var loads []store.WindowLoad
+		for _, shard := range c.members.sorted() {
+			w := c.windows[shard]
+			if w == nil || c.flight.abandoned[shard] {
+				continue
+			}
+			if l, ok := w.plan(store.ShardLease{Shard: shard, Token: w.token}); ok && (round == 0 || l.Hi == "") {
+				loads = append(loads, l)
+			}
 		}
-		if l, ok := w.plan(store.ShardLease{Shard: shard, Token: w.token}); ok {
-			loads = append(loads, l)
+		c.mu.Unlock()
+		if len(loads) == 0 {
+			break
 		}
-	}
-	c.mu.Unlock()
-	if len(loads) > 0 {
 		got, err := c.store.LoadWindows(ctx, c.pool, c.cfg.Owner, loads, c.cacheSize)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
 		c.mu.Lock()
-		kicked := false
+		closed := false
 		for _, g := range got {
 			if w := c.windows[g.Shard]; w != nil && c.members.holds(g.Shard, w.token) {
 				if b := w.load(store.ShardLease{Shard: g.Shard, Token: w.token}, g, c.cacheSize); b != nil {
-					kicked = c.completed(w) || kicked
+					closed = true
 				}
 			}
 		}
 		c.mu.Unlock()
-		if kicked {
-			c.kickCompleter()
+		if !closed {
+			break
 		}
+		c.kickCompleter()
 	}
 
 	c.mu.Lock()

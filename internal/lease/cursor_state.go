@@ -38,6 +38,8 @@ type window struct {
 // parked messages (hi "") only writes their outcomes.
 type batch struct {
 	lease store.ShardLease
+	// done is the lower bound of the batch's window, hi its snapshot.
+	done  string
 	hi    string
 	last  int64
 	close bool
@@ -124,7 +126,7 @@ func (b *batch) settle(id int64, w store.RowWrite) bool {
 
 // advance is the cursor move of a window batch.
 func (b *batch) advance() store.Advance {
-	return store.Advance{ShardLease: b.lease, Hi: b.hi, Last: b.last, Close: b.close}
+	return store.Advance{ShardLease: b.lease, Done: b.done, Hi: b.hi, Last: b.last, Close: b.close}
 }
 
 // ready takes out of w the batches at its front that are complete: their
@@ -146,6 +148,7 @@ func (w *window) take(l store.ShardLease, n int) (*batch, []int64) {
 	ids := w.ids[:n:n]
 	w.ids = w.ids[n:]
 	b := newBatch(l, w.hi)
+	b.done = w.done
 	b.rows = make(map[int64]*entry, len(ids))
 	b.writes = make([]store.RowWrite, 0, len(ids))
 	entries := make([]entry, len(ids))
@@ -178,7 +181,7 @@ func (w *window) load(l store.ShardLease, got store.Window, limit int) *batch {
 		return nil
 	}
 	b := newBatch(l, w.hi)
-	b.last, b.close = w.after, true
+	b.done, b.last, b.close = w.done, w.after, true
 	w.done, w.hi, w.after = w.hi, "", 0
 	w.batches = append(w.batches, b)
 	return b

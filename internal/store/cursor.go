@@ -158,14 +158,15 @@ func scanCursorRows(rows pgx.Rows, n int) ([]Row, time.Time, error) {
 	return out, now, translate(rows.Err())
 }
 
-// Advance is one shard's cursor move: held under its token, to the window
-// of Hi, after the id Last, or, with Close, past the whole window. An
-// empty Hi moves nothing (the batch held parked messages only).
+// Advance is one shard's cursor move: held under its token, into the
+// window from Done to Hi, after the id Last, or, with Close, past the
+// whole window. An empty Hi moves nothing (the batch held parked messages
+// only); an empty Done keeps the stored one.
 type Advance struct {
 	ShardLease
-	Hi    string
-	Last  int64
-	Close bool
+	Done, Hi string
+	Last     int64
+	Close    bool
 }
 
 // Park is the outcome of a message that is written under snapshot
@@ -188,11 +189,15 @@ type Park struct {
 // returned was lost, and nothing of it was written.
 func (s *Store) AdvanceCursors(ctx context.Context, db DB, owner string, advances []Advance, parks []Park) (map[int]bool, error) {
 	n := len(advances)
-	shards, tokens, closes, his, lasts := make([]int32, n), make([]int64, n), make([]bool, n), make([]*string, n), make([]int64, n)
+	shards, tokens, closes, lasts := make([]int32, n), make([]int64, n), make([]bool, n), make([]int64, n)
+	his, dones := make([]*string, n), make([]*string, n)
 	for i, a := range advances {
 		shards[i], tokens[i], closes[i], lasts[i] = int32(a.Shard), a.Token, a.Close, a.Last
 		if a.Hi != "" {
 			his[i] = &advances[i].Hi
+		}
+		if a.Done != "" {
+			dones[i] = &advances[i].Done
 		}
 	}
 	m := len(parks)
@@ -203,7 +208,7 @@ func (s *Store) AdvanceCursors(ctx context.Context, db DB, owner string, advance
 		delays[i], attempts[i], errs[i] = p.Delay.Microseconds(), int32(p.Attempts), storable(p.Error, maxErrorText)
 	}
 	rows, err := db.Query(ctx, s.cursor.advance, ownerText(owner), shards, tokens, closes, his, lasts,
-		ids, pshards, aggs, statuses, delays, attempts, errs)
+		ids, pshards, aggs, statuses, delays, attempts, errs, dones)
 	if err != nil {
 		return nil, translate(err)
 	}

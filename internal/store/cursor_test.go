@@ -238,3 +238,33 @@ func idsOf(rows []store.Row) []int64 {
 	}
 	return out
 }
+
+// Batches written at once may close a window and read into the next: the
+// stored cursor then stands in the next window, whose lower bound is the
+// closed one's snapshot, so a takeover resumes there and delivers nothing
+// of the closed window again, though the closed window holds ids above the
+// position (a producer that took a lower id committed after it).
+func TestCursorAdvanceIntoTheNextWindow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.enableCursor(t, 1)
+	l := leasesOf(b.acquire(t, "d1", 1))[0]
+	slow, err := b.pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer slow.Rollback(t.Context()) //nolint:errcheck // committed below
+	low := []int64{b.enqueueIn(t, slow, "a"), b.enqueueIn(t, slow, "a")}
+	high := b.enqueue(t, msg{"b", "E"})
+	w1 := b.window(t, "d1", l, "", 0, 10)
+	require.Equal(t, high, w1.IDs)
+	require.NoError(t, slow.Commit(t.Context()))
+	got, err := b.st.LoadWindows(t.Context(), b.pool, "d1", []store.WindowLoad{{ShardLease: l, Done: w1.Hi}}, 10)
+	require.NoError(t, err)
+	w2 := got[0]
+	require.Equal(t, low, w2.IDs)
+	// The first window delivered whole, the second up to its first id.
+	require.True(t, b.advance(t, "d1", store.Advance{ShardLease: l, Done: w1.Hi, Hi: w2.Hi, Last: low[0]}))
+
+	b.expireShards(t)
+	l2 := leasesOf(b.acquire(t, "d2", 1))[0]
+	require.Equal(t, low[1:], b.drainCursor(t, "d2", l2), "only the rest of the second window")
+}

@@ -9,20 +9,26 @@
 --
 -- Per shard: close ($4) sets done to the window's snapshot ($5) and clears
 -- the window; otherwise the window stays open at (hi, last id delivered
--- $6). A NULL hi moves nothing (a batch of parked messages only).
+-- $6) after the window's lower bound ($14: several batches written at
+-- once may close a window and read into the next one, whose lower bound
+-- is then the closed one's hi). A NULL hi moves nothing (a batch of
+-- parked messages only).
 -- Per message: 'done' deletes its parked row (if any); 'pending' or 'dead'
 -- parks it (or updates its parked row): its total failed deliveries, when
 -- it is due, and its error ('' keeps the previous one).
 -- $1 owner, $2 shards, $3 tokens, $4 closes, $5 his, $6 last ids;
 -- $7 ids, $8 their shards, $9 aggregates, $10 statuses, $11 delays in
--- microseconds, $12 attempts, $13 errors.
+-- microseconds, $12 attempts, $13 errors; $14 the open windows' lower
+-- bounds (NULL: the stored done).
 WITH adv AS (
     UPDATE {{shards}} AS h
-    SET done = CASE WHEN f.hi IS NOT NULL AND f.close THEN f.hi::pg_snapshot ELSE h.done END,
+    SET done = CASE WHEN f.hi IS NULL THEN h.done
+                    WHEN f.close THEN f.hi::pg_snapshot
+                    ELSE coalesce(f.done::pg_snapshot, h.done) END,
         win = CASE WHEN f.hi IS NULL THEN h.win WHEN f.close THEN NULL ELSE f.hi::pg_snapshot END,
         win_last = CASE WHEN f.hi IS NULL THEN h.win_last WHEN f.close THEN NULL ELSE f.last END
-    FROM unnest($2::integer[], $3::bigint[], $4::boolean[], $5::text[], $6::bigint[])
-         AS f(shard, token, close, hi, last)
+    FROM unnest($2::integer[], $3::bigint[], $4::boolean[], $5::text[], $6::bigint[], $14::text[])
+         AS f(shard, token, close, hi, last, done)
     WHERE h.shard = f.shard AND h.token = f.token AND h.owner = $1
     RETURNING h.shard
 ),
