@@ -91,6 +91,11 @@ func TestCursorLeasesParkExceptions(t *testing.T) {
 	b := cursorBundle(t, 2)
 	ids := b.enqueueN(t, 20, "a")
 	flaky, poison := ids[3], ids[7]
+	st, err := b.admin.Status(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{"pending": 20, "processing": 0, "done": 0, "dead": 0}, st.Counts)
+	require.NotNil(t, st.OldestPendingAgeSeconds)
+	require.Equal(t, map[string]int64{"1": 20}, st.Attempts)
 	var mu sync.Mutex
 	attempts := map[int64][]int{}
 	rec := newRecorder(func(_ context.Context, m *outbox.Message) error {
@@ -119,6 +124,14 @@ func TestCursorLeasesParkExceptions(t *testing.T) {
 	}
 	require.Equal(t, map[int64]string{poison: "dead"}, b.parked(t), "the retry left the parked table once delivered")
 	require.Zero(t, b.rewritten(t))
+	st, err = b.admin.Status(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{"pending": 0, "processing": 0, "done": 19, "dead": 1}, st.Counts)
+	require.Nil(t, st.OldestPendingAgeSeconds, "nothing undelivered")
+	g, err := b.admin.Gauges(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, int64(1), g.Dead)
+	require.Zero(t, g.Pending)
 }
 
 // Ordered, a failure holds back the rest of its aggregate, parked behind
@@ -209,4 +222,98 @@ func TestCursorLeasesDeliverALateCommit(t *testing.T) {
 		got = append(got, m.ID)
 	}
 	require.ElementsMatch(t, append(early, lateIDs...), got, "each once, the late ones included, the rolled-back ones never")
+}
+
+// A dispatcher that stalls past its shard leases loses them: the one that
+// takes over delivers the stalled batch again, and the stalled
+// dispatcher's cursor move is fenced off, its verdicts reported lost.
+func TestCursorLeasesTakeoverFencesTheStalledDispatcher(t *testing.T) {
+	t.Parallel()
+	b := cursorBundle(t, 2)
+	ids := b.enqueueN(t, 3, "a")
+	g := newGate()
+	stalledSink := outbox.SinkFunc(func(ctx context.Context, m *outbox.Message) error {
+		if m.ID == ids[1] {
+			g.wait(ctx, m.ID)
+		}
+		return nil
+	})
+	sig := newSignals()
+	stalled := b.dispatcher(t, stalledSink, cursorConfig(outbox.Config{Lease: 30 * time.Second, Hook: sig}))
+	start(t, stalled)
+	require.Equal(t, ids[1], g.next(t))
+
+	b.expireShards(t)
+	rec := newRecorder(nil)
+	drain(t, b.dispatcher(t, rec.Sink(), cursorConfig(outbox.Config{Lease: 30 * time.Second})))
+	require.ElementsMatch(t, ids, rec.IDs(), "the new owner delivered the whole batch")
+
+	g.Open()
+	sig.waitSettled(t, outbox.OutcomeLeaseLost, "the stalled cursor move was not fenced off")
+	require.Zero(t, stalled.Stats().Done, "no verdict of the stalled batch counts as done")
+	again := newRecorder(nil)
+	drain(t, b.dispatcher(t, again.Sink(), cursorConfig(outbox.Config{Lease: 30 * time.Second})))
+	require.Empty(t, again.IDs(), "the new owner's cursor stands")
+}
+
+// A dispatcher that stops hands its shards over at their cursors: the next
+// delivers the rest, nothing twice.
+func TestCursorLeasesStopHandsOver(t *testing.T) {
+	t.Parallel()
+	b := cursorBundle(t, 8)
+	for _, agg := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		b.enqueueN(t, 40, agg)
+	}
+	slow := newRecorder(func(context.Context, *outbox.Message) error { time.Sleep(2 * time.Millisecond); return nil })
+	cfg := cursorConfig(outbox.Config{Lease: time.Minute, Workers: 4, BatchSize: 16, Ordered: true})
+	first := *cfg
+	first.Owner = "first"
+	d1 := b.dispatcher(t, slow.Sink(), &first)
+	require.NoError(t, d1.Start(context.Background()))
+	slow.waitLen(t, 40, 10*time.Second)
+	require.NoError(t, d1.Stop())
+
+	second := *cfg
+	second.Owner = "second"
+	rec := newRecorder(nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, b.dispatcher(t, rec.Sink(), &second).Drain(ctx))
+	require.NoError(t, ctx.Err(), "the second dispatcher waited for the stopped one's lease")
+	all := append(slow.IDs(), rec.IDs()...)
+	require.Len(t, all, 320, "each message once across the two")
+	seen := map[int64]bool{}
+	for _, id := range all {
+		require.False(t, seen[id], "message %d delivered twice", id)
+		seen[id] = true
+	}
+}
+
+// A publish that hangs (a sink that ignores its context) gives its shard
+// up: the shard's cursor is not moved past it, and whoever takes the shard
+// next delivers it again.
+func TestCursorLeasesHungPublishGivesItsShardUp(t *testing.T) {
+	t.Parallel()
+	b := cursorBundle(t, 1)
+	ids := b.enqueueN(t, 3, "a")
+	release := make(chan struct{})
+	var once sync.Once
+	rec := newRecorder(func(_ context.Context, m *outbox.Message) error {
+		hang := false
+		once.Do(func() { hang = true })
+		if hang {
+			<-release // ignores its context
+		}
+		return nil
+	})
+	d := b.dispatcher(t, rec.Sink(), cursorConfig(outbox.Config{Lease: 600 * time.Millisecond, PublishTimeout: 200 * time.Millisecond, Workers: 2}))
+	start(t, d)
+	t.Cleanup(func() { close(release) }) // before the dispatcher stops: cleanups run last first
+	require.Eventually(t, func() bool {
+		st, err := b.admin.Status(t.Context())
+		return err == nil && st.Counts["pending"]+st.Counts["processing"] == 0 && st.Counts["done"] == 3
+	}, 10*time.Second, 20*time.Millisecond, "the shard went on past its hung publish")
+	got := rec.IDs()
+	require.Subset(t, got, ids)
+	require.EqualValues(t, 1, d.Stats().HungPublishes)
 }

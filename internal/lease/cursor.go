@@ -148,10 +148,6 @@ func (c *cursorLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]
 			if b := c.batchOf[id]; b != nil && !in[id] {
 				b.gone(id)
 				delete(c.batchOf, id)
-				if b.complete() && b.dead {
-					c.decided = append(c.decided, c.decideAll(b, false)...)
-					c.kickCompleter()
-				}
 			}
 		}
 	}
@@ -317,15 +313,15 @@ func (c *cursorLeases) stale(w *window) {
 	w.batches = nil
 }
 
-// kill gives batches up: they are decided unheld once complete (those
-// complete already at once).
+// kill gives batches up: the writes recorded for them are decided unheld
+// now, and those still to come as they come.
 func (c *cursorLeases) kill(batches []*batch) {
 	for _, b := range batches {
 		if b.dead {
 			continue
 		}
 		b.dead = true
-		if b.complete() {
+		if len(b.writes) > 0 {
 			c.decided = append(c.decided, c.decideAll(b, false)...)
 			c.kickCompleter()
 		}
@@ -400,8 +396,9 @@ func (c *cursorLeases) Decide(ctx context.Context, writes []store.RowWrite) ([]D
 			continue // recorded by an earlier try
 		}
 		b.writes = append(b.writes, w)
+		c.flight.published(w.ID)
 		switch {
-		case b.dead && b.complete():
+		case b.dead:
 			out = append(out, c.decideAll(b, false)...)
 		case b.hi == "" && b.complete():
 			c.undecided = append(c.undecided, b)
@@ -521,12 +518,7 @@ func (c *cursorLeases) Settled(writes []store.RowWrite) {
 		if b := c.batchOf[w.ID]; b != nil && b.lease.Token == w.LeaseVersion && b.settle(w.ID, store.RowWrite{ID: w.ID}) {
 			// Forgotten unwritten: held back, parked with its batch.
 			delete(c.batchOf, w.ID)
-			if b.complete() {
-				if b.dead {
-					c.decided = append(c.decided, c.decideAll(b, false)...)
-				}
-				kicked = true
-			}
+			kicked = kicked || b.complete()
 		}
 		if c.lastOf[c.flight.aggs[w.ID]] == w.ID {
 			delete(c.lastOf, c.flight.aggs[w.ID])

@@ -29,6 +29,14 @@ func (s *Store) Status(ctx context.Context, db DB) (Status, error) {
 	var counts, attempts []byte
 	var age *float64
 	st := Status{Counts: map[string]int64{}, Attempts: map[int]int64{}}
+	switch f, ok, err := s.cursorFigures(ctx, db); {
+	case err != nil:
+		return Status{}, err
+	case ok:
+		st.Counts = map[string]int64{StatusPending: f.pending, StatusProcessing: 0, StatusDone: f.done, StatusDead: f.dead}
+		st.DoneEstimated, st.Attempts, st.OldestPendingAge = f.doneEstimated, f.attempts, f.oldest
+		return s.withShardFigures(ctx, db, st)
+	}
 	if err := db.QueryRow(ctx, s.status, s.Table.ident("")).Scan(&counts, &age, &st.ExpiredLeases, &attempts, &st.DoneEstimated); err != nil {
 		return Status{}, translate(err)
 	}
@@ -49,9 +57,17 @@ func (s *Store) Status(ctx context.Context, db DB) (Status, error) {
 		}
 		st.Attempts[n] = v
 	}
-	// Under shard leases no claim is written: the messages being
-	// delivered are pending in the table, and their dispatchers report
-	// them.
+	st.OldestPendingAge = -1
+	if age != nil && !math.IsNaN(*age) {
+		st.OldestPendingAge = time.Duration(*age * float64(time.Second))
+	}
+	return s.withShardFigures(ctx, db, st)
+}
+
+// withShardFigures counts as processing what shard-lease dispatchers
+// report in flight: no claim is written, so the messages being delivered
+// are pending in the table.
+func (s *Store) withShardFigures(ctx context.Context, db DB, st Status) (Status, error) {
 	inFlight, expired, err := s.shardFigures(ctx, db)
 	if err != nil {
 		return Status{}, err
@@ -60,10 +76,6 @@ func (s *Store) Status(ctx context.Context, db DB) (Status, error) {
 	st.Counts[StatusPending] -= moved
 	st.Counts[StatusProcessing] += moved
 	st.ExpiredLeases += expired
-	st.OldestPendingAge = -1
-	if age != nil && !math.IsNaN(*age) {
-		st.OldestPendingAge = time.Duration(*age * float64(time.Second))
-	}
 	return st, nil
 }
 

@@ -10,7 +10,7 @@ import (
 
 // cursorSQL are the snapshot-cursor statements (docs/snapshot-cursors.md).
 type cursorSQL struct {
-	exists, load, fetch, parked, advance, undelivered string
+	exists, load, fetch, parked, advance, undelivered, status string
 }
 
 func loadCursor(load func(string) string) cursorSQL {
@@ -21,6 +21,7 @@ func loadCursor(load func(string) string) cursorSQL {
 		parked:      load("sql/cursor_parked.sql"),
 		advance:     load("sql/cursor_advance.sql"),
 		undelivered: load("sql/cursor_undelivered.sql"),
+		status:      load("sql/cursor_status.sql"),
 	}
 }
 

@@ -30,12 +30,20 @@ type Gauges struct {
 func (s *Store) Gauges(ctx context.Context, db DB) (Gauges, error) {
 	var g Gauges
 	var age float64
-	err := db.QueryRow(ctx, s.gauges, s.Table.ident("")).
-		Scan(&g.Pending, &g.Processing, &g.Dead, &g.Done, &age, &g.ExpiredLeases, &g.DoneEstimated)
-	if err != nil {
-		return Gauges{}, translate(err)
+	switch f, ok, err := s.cursorFigures(ctx, db); {
+	case err != nil:
+		return Gauges{}, err
+	case ok:
+		g.Pending, g.Dead, g.Done, g.DoneEstimated = f.pending, f.dead, f.done, f.doneEstimated
+		g.OldestPendingAge = max(f.oldest, 0)
+	default:
+		err := db.QueryRow(ctx, s.gauges, s.Table.ident("")).
+			Scan(&g.Pending, &g.Processing, &g.Dead, &g.Done, &age, &g.ExpiredLeases, &g.DoneEstimated)
+		if err != nil {
+			return Gauges{}, translate(err)
+		}
+		g.OldestPendingAge = time.Duration(age * float64(time.Second))
 	}
-	g.OldestPendingAge = time.Duration(age * float64(time.Second))
 	inFlight, expired, err := s.shardFigures(ctx, db)
 	if err != nil {
 		return Gauges{}, err
