@@ -317,3 +317,59 @@ func TestCursorLeasesHungPublishGivesItsShardUp(t *testing.T) {
 	require.Subset(t, got, ids)
 	require.EqualValues(t, 1, d.Stats().HungPublishes)
 }
+
+// Ordered, a dead message holds its aggregate back, parked behind it; the
+// dead-letter commands see it, and once retried the aggregate goes on in
+// order. Unordered, a dead message skipped is done.
+func TestCursorLeasesDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := cursorBundle(t, 1)
+	a := b.enqueueN(t, 5, "a")
+	var mu sync.Mutex
+	broken := true
+	var order []int64
+	rec := newRecorder(func(_ context.Context, m *outbox.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if m.ID == a[1] && broken {
+			return outbox.Permanent(errors.New("malformed"))
+		}
+		order = append(order, m.ID)
+		return nil
+	})
+	cfg := cursorConfig(outbox.Config{Ordered: true, BatchSize: 2, Workers: 2})
+	drain(t, b.dispatcher(t, rec.Sink(), cfg))
+	mu.Lock()
+	require.Equal(t, []int64{a[0]}, order, "the aggregate stops at its dead message")
+	broken = false
+	mu.Unlock()
+	st, err := b.admin.Status(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{"pending": 3, "processing": 0, "done": 1, "dead": 1}, st.Counts)
+
+	dead, err := b.admin.DeadList(t.Context(), 0, 10)
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	require.Equal(t, a[1], dead[0].ID)
+	require.Equal(t, 1, dead[0].Attempts)
+	require.Contains(t, dead[0].LastError, "malformed")
+	retried, err := b.admin.DeadRetry(t.Context(), a[1])
+	require.NoError(t, err)
+	require.Equal(t, []int64{a[1]}, retried)
+	drain(t, b.dispatcher(t, rec.Sink(), cfg))
+	mu.Lock()
+	require.Equal(t, a, order, "retried, the aggregate goes on in order")
+	mu.Unlock()
+	require.Empty(t, b.parked(t))
+
+	poison := b.enqueueN(t, 1, "p")[0]
+	broken = true
+	bad := newRecorder(func(context.Context, *outbox.Message) error { return outbox.Permanent(errors.New("no")) })
+	drain(t, b.dispatcher(t, bad.Sink(), cursorConfig(outbox.Config{})))
+	skipped, err := b.admin.DeadSkip(t.Context(), poison)
+	require.NoError(t, err)
+	require.Equal(t, []int64{poison}, skipped)
+	st, err = b.admin.Status(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{"pending": 0, "processing": 0, "done": 6, "dead": 0}, st.Counts)
+}

@@ -538,7 +538,7 @@ func (c *cursorLeases) Chained() bool { return c.cfg.Ordered }
 // Undelivered reports a parked message waiting or a committed row past its
 // shard's cursor.
 func (c *cursorLeases) Undelivered(ctx context.Context) (bool, error) {
-	return c.store.CursorUndelivered(ctx, c.pool)
+	return c.store.CursorUndelivered(ctx, c.pool, c.cfg.Ordered)
 }
 
 // Close writes the batches complete without a verdict, then gives the

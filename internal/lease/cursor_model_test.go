@@ -217,7 +217,7 @@ func TestCursorModel(t *testing.T) {
 			}
 			must(r.advance(ctx, r.w.ready()))
 		}
-		left, err := st.CursorUndelivered(ctx, pool)
+		left, err := st.CursorUndelivered(ctx, pool, false)
 		must(err)
 		if left {
 			rt.Fatal("rows left undelivered after the drain")

@@ -87,7 +87,11 @@ type DeadRow struct {
 
 // DeadList returns up to limit dead rows with id > afterID, oldest first.
 func (s *Store) DeadList(ctx context.Context, db DB, afterID int64, limit int) ([]DeadRow, error) {
-	rows, err := db.Query(ctx, s.deadList, afterID, limit)
+	q, err := s.deadSQL(ctx, db, s.deadList, s.cursor.deadList)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, q, afterID, limit)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -105,7 +109,11 @@ func (s *Store) DeadList(ctx context.Context, db DB, afterID int64, limit int) (
 // DeadRetry moves dead rows back to pending with attempts reset and wakes
 // the dispatchers. ids nil means every dead row. Returns the ids moved.
 func (s *Store) DeadRetry(ctx context.Context, db DB, ids []int64, channel string) ([]int64, error) {
-	rows, err := db.Query(ctx, s.deadRetry, ids, channel)
+	q, err := s.deadSQL(ctx, db, s.deadRetry, s.cursor.deadRetry)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, q, ids, channel)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -120,7 +128,11 @@ func (s *Store) DeadRetry(ctx context.Context, db DB, ids []int64, channel strin
 
 // DeadSkip marks dead rows done without delivering them. Returns the ids moved.
 func (s *Store) DeadSkip(ctx context.Context, db DB, ids []int64) ([]int64, error) {
-	rows, err := db.Query(ctx, s.deadSkip, ids)
+	q, err := s.deadSQL(ctx, db, s.deadSkip, s.cursor.deadSkip)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, q, ids)
 	if err != nil {
 		return nil, translate(err)
 	}

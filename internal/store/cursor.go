@@ -11,6 +11,7 @@ import (
 // cursorSQL are the snapshot-cursor statements (docs/snapshot-cursors.md).
 type cursorSQL struct {
 	exists, load, fetch, parked, advance, undelivered, status string
+	deadList, deadRetry, deadSkip                            string
 }
 
 func loadCursor(load func(string) string) cursorSQL {
@@ -22,6 +23,9 @@ func loadCursor(load func(string) string) cursorSQL {
 		advance:     load("sql/cursor_advance.sql"),
 		undelivered: load("sql/cursor_undelivered.sql"),
 		status:      load("sql/cursor_status.sql"),
+		deadList:    load("sql/cursor_dead_list.sql"),
+		deadRetry:   load("sql/cursor_dead_retry.sql"),
+		deadSkip:    load("sql/cursor_dead_skip.sql"),
 	}
 }
 
@@ -226,10 +230,22 @@ func (s *Store) AdvanceCursors(ctx context.Context, db DB, owner string, advance
 }
 
 // CursorUndelivered reports whether anything is left to deliver under
-// snapshot cursors: a parked message waiting, or a committed row past its
-// shard's cursor.
-func (s *Store) CursorUndelivered(ctx context.Context, db DB) (bool, error) {
+// snapshot cursors: a parked message waiting (ordered, not behind a dead
+// one), or a committed row past its shard's cursor.
+func (s *Store) CursorUndelivered(ctx context.Context, db DB, ordered bool) (bool, error) {
 	var ok bool
-	err := db.QueryRow(ctx, s.cursor.undelivered).Scan(&ok)
+	err := db.QueryRow(ctx, s.cursor.undelivered, ordered).Scan(&ok)
 	return ok, translate(err)
+}
+
+// deadSQL picks the dead-letter statement for the table: under snapshot
+// cursors the dead messages are parked, not marked in the status column.
+func (s *Store) deadSQL(ctx context.Context, db DB, plain, cursor string) (string, error) {
+	switch ok, err := s.CursorEnabled(ctx, db); {
+	case err != nil:
+		return "", err
+	case ok:
+		return cursor, nil
+	}
+	return plain, nil
 }

@@ -75,7 +75,7 @@ func TestCursorEnable(t *testing.T) {
 	// The row unfinished when cursors were enabled is delivered, the done
 	// one is not, and rows inserted since are.
 	require.Equal(t, []int64{before[0], after[0]}, b.drainCursor(t, "d1", l))
-	left, err := b.st.CursorUndelivered(t.Context(), b.pool)
+	left, err := b.st.CursorUndelivered(t.Context(), b.pool, false)
 	require.NoError(t, err)
 	require.False(t, left)
 }
@@ -106,12 +106,12 @@ func TestCursorLateCommitAndRollback(t *testing.T) {
 	}
 	require.NoError(t, doomed.Rollback(t.Context()))
 	require.Empty(t, b.drainCursor(t, "d1", l), "a rolled-back row is never delivered")
-	left, err := b.st.CursorUndelivered(t.Context(), b.pool)
+	left, err := b.st.CursorUndelivered(t.Context(), b.pool, false)
 	require.NoError(t, err)
 	require.False(t, left)
 
 	require.NoError(t, late.Commit(t.Context()))
-	left, err = b.st.CursorUndelivered(t.Context(), b.pool)
+	left, err = b.st.CursorUndelivered(t.Context(), b.pool, false)
 	require.NoError(t, err)
 	require.True(t, left, "the late commit is undelivered")
 	require.Equal(t, []int64{lateID}, b.drainCursor(t, "d1", l), "the late commit, below every id delivered, is found")
@@ -220,15 +220,29 @@ func TestCursorParked(t *testing.T) {
 	require.True(t, b.advance(t, "d1", store.Advance{ShardLease: l},
 		store.Park{ID: ids[0], Shard: l.Shard, AggregateID: "a", Status: store.StatusDone}))
 	require.Equal(t, []int64{ids[1]}, idsOf(read(true)), "the first delivered, the next is the head")
-	left, err := b.st.CursorUndelivered(t.Context(), b.pool)
+	left, err := b.st.CursorUndelivered(t.Context(), b.pool, false)
 	require.NoError(t, err)
 	require.True(t, left)
 	require.True(t, b.advance(t, "d1", store.Advance{ShardLease: l},
 		store.Park{ID: ids[1], Shard: l.Shard, AggregateID: "a", Status: store.StatusDone},
 		store.Park{ID: ids[2], Shard: l.Shard, AggregateID: "b", Status: store.StatusDead, Attempts: 3, Error: "gave up"}))
-	left, err = b.st.CursorUndelivered(t.Context(), b.pool)
+	left, err = b.st.CursorUndelivered(t.Context(), b.pool, false)
 	require.NoError(t, err)
 	require.False(t, left, "only dead messages are left")
+
+	// Held back behind a dead message of its aggregate, a message is
+	// undelivered only unordered: ordered, it waits for an operator.
+	behind := b.enqueue(t, msg{"b", "E"})[0]
+	w = b.window(t, "d1", l, "", 0, 10)
+	require.Equal(t, []int64{behind}, w.IDs)
+	require.True(t, b.advance(t, "d1", store.Advance{ShardLease: l, Hi: w.Hi, Close: true},
+		store.Park{ID: behind, Shard: l.Shard, AggregateID: "b", Status: store.StatusPending}))
+	left, err = b.st.CursorUndelivered(t.Context(), b.pool, false)
+	require.NoError(t, err)
+	require.True(t, left)
+	left, err = b.st.CursorUndelivered(t.Context(), b.pool, true)
+	require.NoError(t, err)
+	require.False(t, left, "ordered, it waits behind the dead one")
 }
 
 func idsOf(rows []store.Row) []int64 {

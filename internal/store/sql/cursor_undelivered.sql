@@ -1,8 +1,13 @@
 -- Whether anything is left to deliver under snapshot cursors: a parked
--- message waiting (not dead), or a committed row of some shard past the
--- shard's cursor (not visible in done, and not in the open window up to
--- its last id).
-SELECT EXISTS (SELECT 1 FROM {{parked}} WHERE status = 'pending')
+-- message waiting (not dead; ordered ($1), not behind a dead one of its
+-- aggregate, which holds it back until an operator acts), or a committed
+-- row of some shard past the shard's cursor (not visible in done, and not
+-- in the open window up to its last id).
+SELECT EXISTS (SELECT 1 FROM {{parked}} AS p
+               WHERE p.status = 'pending'
+                 AND NOT ($1::boolean AND EXISTS (SELECT 1 FROM {{parked}} AS q
+                                                  WHERE q.aggregate_id = p.aggregate_id AND q.id < p.id
+                                                    AND q.status = 'dead')))
     OR EXISTS (
         SELECT 1
         FROM (SELECT h.shard, h.done, h.win, h.win_last, pg_current_snapshot() AS now FROM {{shards}} AS h OFFSET 0) AS s
