@@ -11,7 +11,7 @@ import (
 // cursorSQL are the snapshot-cursor statements (docs/snapshot-cursors.md).
 type cursorSQL struct {
 	exists, load, fetch, parked, advance, undelivered, status string
-	deadList, deadRetry, deadSkip                            string
+	deadList, deadRetry, deadSkip                             string
 }
 
 func loadCursor(load func(string) string) cursorSQL {
