@@ -373,3 +373,18 @@ func TestCursorLeasesDeadLetters(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, map[string]int64{"pending": 0, "processing": 0, "done": 6, "dead": 0}, st.Counts)
 }
+
+// A table with snapshot cursors is relayed by cursor dispatchers only: a
+// shard or row-lease dispatcher would deliver every row again, and
+// refuses to start; a cursor dispatcher refuses a table without them.
+func TestCursorLeasesOnlyOnTheirTables(t *testing.T) {
+	t.Parallel()
+	b := cursorBundle(t, 2)
+	for _, mode := range []outbox.LeaseMode{outbox.LeaseRows, outbox.LeaseShards} {
+		err := b.dispatcher(t, newRecorder(nil).Sink(), &outbox.Config{LeaseMode: mode}).Drain(t.Context())
+		require.ErrorContains(t, err, "has snapshot cursors: run its dispatchers with the cursor lease mode", "mode %s", mode)
+	}
+	plain := shardBundle(t, 2)
+	err := plain.dispatcher(t, newRecorder(nil).Sink(), cursorConfig(outbox.Config{})).Drain(t.Context())
+	require.ErrorContains(t, err, "has no snapshot cursors: enable them first")
+}
