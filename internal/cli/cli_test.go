@@ -73,6 +73,7 @@ func TestCLI(t *testing.T) {
 		{"BenchProducers", testBenchProducers},
 		{"BenchLatency", testBenchLatency},
 		{"ShardLeases", testShardLeases},
+		{"SnapshotCursors", testSnapshotCursors},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -1205,6 +1206,46 @@ func testShardLeases(t *testing.T, bin string) {
 	zero := start(t, bin, envWith(dsn), nil, "bench", "--aggregates", "0", "--dsn", dsn).wait()
 	require.Equal(t, 2, zero.code, "%s", zero)
 	require.Contains(t, zero.stderr, "--aggregates must be positive, got 0")
+}
+
+// testSnapshotCursors: migrate --shards N --cursor sets a table up for
+// --lease-mode cursor, run drains it, status counts it delivered, the
+// other modes refuse the table, and bench runs the mode with a held
+// snapshot and writer.
+func testSnapshotCursors(t *testing.T, bin string) {
+	dsn := testdb.DSN(t)
+	table := testdb.NewSchema(t) + ".outbox"
+	lone := start(t, bin, envWith(dsn), nil, "migrate", "--table", table, "--cursor").wait()
+	require.Equal(t, 2, lone.code, "%s", lone)
+	require.Contains(t, lone.stderr, "--cursor needs --shards N")
+	m := start(t, bin, envWith(dsn), nil, "migrate", "--table", table, "--shards", "4", "--cursor").wait()
+	requireOK(t, m)
+	require.Contains(t, m.stdout, "migrated table "+table+" with 4 shards and snapshot cursors")
+
+	for i := range 3 {
+		enq := start(t, bin, envWith(dsn), nil, "enqueue", "--table", table, "--aggregate-type", "order", "--aggregate-id", fmt.Sprint(i),
+			"--event-type", "Created", "--payload", `{"a":1}`).wait()
+		requireOK(t, enq)
+	}
+	shard := start(t, bin, envWith(dsn), nil, "run", "--table", table, "--lease-mode", "shard", "--sink", "null:", "--drain").wait()
+	require.NotEqual(t, 0, shard.code, "%s", shard)
+	require.Contains(t, shard.stderr, "has snapshot cursors: run its dispatchers with the cursor lease mode")
+	run := start(t, bin, envWith(dsn), nil, "run", "--table", table, "--lease-mode", "cursor", "--sink", "null:", "--drain").wait()
+	requireOK(t, run)
+	st := start(t, bin, envWith(dsn), nil, "status", "--table", table, "--json").wait()
+	requireOK(t, st)
+	require.Contains(t, st.stdout, `"pending": 0,`)
+	require.Contains(t, st.stdout, `"done": 3,`)
+
+	b := start(t, bin, envWith(dsn), nil, "bench", "--messages", "2000", "--lease-mode", "cursor", "--hold-snapshot", "--hold-writer", "--dsn", dsn)
+	r := b.wait()
+	requireOK(t, r)
+	require.Regexp(t, `(?m)^outboxd bench on .*, batch 500, cursor leases, unordered$`, r.stdout)
+	require.Regexp(t, `(?m)^delivered\s+2000 in `, r.stdout)
+	require.Regexp(t, `(?m)^throughput\s+[0-9]+ messages/s$`, r.stdout)
+	require.Regexp(t, `(?m)^held\s+a REPEATABLE READ snapshot held by another session for the whole drain$`, r.stdout)
+	require.Regexp(t, `(?m)^held\s+a writing transaction left open by another session for the whole drain$`, r.stdout)
+	requireNoSchemasLeft(t, b.cmd.Process.Pid)
 }
 
 func testBenchProducers(t *testing.T, bin string) {
