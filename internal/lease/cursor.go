@@ -328,11 +328,6 @@ func (c *cursorLeases) kill(batches []*batch) {
 	}
 }
 
-// completed reports whether w has batches ready to be written.
-func (c *cursorLeases) completed(w *window) bool {
-	return len(w.batches) > 0 && w.batches[0].complete()
-}
-
 func (c *cursorLeases) kickCompleter() {
 	select {
 	case c.kick <- struct{}{}:
