@@ -325,6 +325,12 @@ func (a *Admin) Purge(ctx context.Context, olderThan time.Duration, opts *PurgeO
 		}
 		progress = opts.Progress
 	}
+	switch cursors, err := a.store.CursorEnabled(ctx, a.db); {
+	case err != nil:
+		return 0, fmt.Errorf("outbox: purge: %w", err)
+	case cursors:
+		return a.purgeCursors(ctx, olderThan, batch, progress)
+	}
 	ok, err := a.store.PurgeIndex(ctx, a.db)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: purge: %w", err)
@@ -347,6 +353,27 @@ func (a *Admin) Purge(ctx context.Context, olderThan time.Duration, opts *PurgeO
 			return total, nil
 		}
 		cursor = next
+	}
+}
+
+// purgeCursors is Purge under snapshot cursors: the rows delivered (behind
+// their shard's cursor, not parked) created more than olderThan ago, read
+// in id order a batch at a time until a row too young.
+func (a *Admin) purgeCursors(ctx context.Context, olderThan time.Duration, batch int, progress func(int64)) (int64, error) {
+	var total, after int64
+	for {
+		read, deleted, last, young, err := a.store.CursorPurgeBatch(ctx, a.db, olderThan, after, batch)
+		if err != nil {
+			return total, fmt.Errorf("outbox: purge: %w", err)
+		}
+		total += deleted
+		if progress != nil && deleted > 0 {
+			progress(total)
+		}
+		if young || read < int64(batch) {
+			return total, nil
+		}
+		after = last
 	}
 }
 

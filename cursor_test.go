@@ -388,3 +388,41 @@ func TestCursorLeasesOnlyOnTheirTables(t *testing.T) {
 	err := plain.dispatcher(t, newRecorder(nil).Sink(), cursorConfig(outbox.Config{})).Drain(t.Context())
 	require.ErrorContains(t, err, "has no snapshot cursors: enable them first")
 }
+
+// Retention under snapshot cursors deletes what the cursors passed and
+// nothing else: not a parked message, not a row past a cursor, not a row
+// younger than the cut-off.
+func TestCursorLeasesPurge(t *testing.T) {
+	t.Parallel()
+	b := cursorBundle(t, 2)
+	ids := b.enqueueN(t, 6, "a")
+	poison := ids[2]
+	rec := newRecorder(func(_ context.Context, m *outbox.Message) error {
+		if m.ID == poison {
+			return outbox.Permanent(errors.New("malformed"))
+		}
+		return nil
+	})
+	drain(t, b.dispatcher(t, rec.Sink(), cursorConfig(outbox.Config{})))
+	later := b.enqueueN(t, 3, "b") // past the cursors
+
+	n, err := b.admin.Purge(t.Context(), time.Hour, &outbox.PurgeOpts{BatchSize: 2})
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing is an hour old")
+	n, err = b.admin.Purge(t.Context(), 0, &outbox.PurgeOpts{BatchSize: 2})
+	require.NoError(t, err)
+	require.EqualValues(t, 5, n, "the delivered rows")
+	var left []int64
+	rows, err := b.pool.Query(t.Context(), "SELECT id FROM "+b.quoted+" ORDER BY id")
+	require.NoError(t, err)
+	left, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Equal(t, append([]int64{poison}, later...), left)
+
+	rec2 := newRecorder(nil)
+	drain(t, b.dispatcher(t, rec2.Sink(), cursorConfig(outbox.Config{})))
+	require.ElementsMatch(t, later, rec2.IDs(), "the rows past the cursors were kept and delivered")
+	st, err := b.admin.Status(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{"pending": 0, "processing": 0, "done": 3, "dead": 1}, st.Counts)
+}

@@ -11,7 +11,7 @@ import (
 // cursorSQL are the snapshot-cursor statements (docs/snapshot-cursors.md).
 type cursorSQL struct {
 	exists, load, fetch, parked, advance, undelivered, status string
-	deadList, deadRetry, deadSkip                             string
+	deadList, deadRetry, deadSkip, purge                      string
 }
 
 func loadCursor(load func(string) string) cursorSQL {
@@ -26,6 +26,7 @@ func loadCursor(load func(string) string) cursorSQL {
 		deadList:    load("sql/cursor_dead_list.sql"),
 		deadRetry:   load("sql/cursor_dead_retry.sql"),
 		deadSkip:    load("sql/cursor_dead_skip.sql"),
+		purge:       load("sql/cursor_purge.sql"),
 	}
 }
 
@@ -248,4 +249,14 @@ func (s *Store) deadSQL(ctx context.Context, db DB, plain, cursor string) (strin
 		return cursor, nil
 	}
 	return plain, nil
+}
+
+// CursorPurgeBatch deletes, of up to limit rows in id order after the id
+// after, those created more than olderThan ago that are delivered under
+// snapshot cursors (sql/cursor_purge.sql). It returns how many it read
+// and deleted, the last id read, and whether it read a row too young (the
+// purge is then done).
+func (s *Store) CursorPurgeBatch(ctx context.Context, db DB, olderThan time.Duration, after int64, limit int) (read, deleted, last int64, young bool, err error) {
+	err = db.QueryRow(ctx, s.cursor.purge, olderThan.Microseconds(), after, limit).Scan(&read, &deleted, &last, &young)
+	return read, deleted, last, young, translate(err)
 }
