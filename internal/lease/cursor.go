@@ -60,6 +60,8 @@ type cursorLeases struct {
 	parkedAt time.Time
 	// lastOf is, ordered, each aggregate's last message handed out.
 	lastOf map[string]int64
+	// turn rotates the shard a read starts filling its room from.
+	turn int
 	// undecided are the batches complete and not yet written, in the
 	// order they are to be written; decided the writes decided outside a
 	// Decide call (of batches given up), for the next one to return.
@@ -241,7 +243,8 @@ func (c *cursorLeases) readWindows(ctx context.Context, room int) ([]store.Row, 
 		}
 	}
 	var ids []int64
-	for i, n := range share(room, have) {
+	c.turn++
+	for i, n := range fill(room, have, c.turn) {
 		if n == 0 {
 			continue
 		}

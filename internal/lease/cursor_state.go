@@ -202,29 +202,21 @@ func (w *window) plan(l store.ShardLease) (store.WindowLoad, bool) {
 	return store.WindowLoad{ShardLease: l, Done: w.done}, true
 }
 
-// share splits room among shards that have n[i] ids each: an equal share
-// first, then what the others left, in order.
-func share(room int, n []int) []int {
+// fill splits room among shards that have n[i] ids each: as much as it
+// can take of one shard after another, from the shard at turn (modulo
+// their number) on. Each shard whose batch goes out costs one version of
+// its row when the batch is written, and under a held snapshot none of
+// them can be removed, so a read takes few shards' batches, not a sliver
+// of each; turn rotates which shards go first.
+func fill(room int, n []int, turn int) []int {
 	out := make([]int, len(n))
-	for room > 0 {
-		var want int
-		for i := range n {
-			if n[i] > out[i] {
-				want++
-			}
-		}
-		if want == 0 {
+	for k := range n {
+		if room == 0 {
 			break
 		}
-		each := max(room/want, 1)
-		for i := range n {
-			if room == 0 {
-				break
-			}
-			k := min(each, n[i]-out[i], room)
-			out[i] += k
-			room -= k
-		}
+		i := (turn + k) % len(n)
+		out[i] = min(n[i], room)
+		room -= out[i]
 	}
 	return out
 }

@@ -43,3 +43,8 @@ func ReadsFromFront(held []ShardLease, perShard int) []ShardRead {
 
 // HeartbeatSQL returns the heartbeat statement, for plan tests.
 func (s *Store) HeartbeatSQL() string { return s.heartbeat }
+
+// CursorSQL are the snapshot-cursor statements, for their plan tests.
+func (s *Store) CursorSQL() (load, fetch, parked, advance string) {
+	return s.cursor.load, s.cursor.fetch, s.cursor.parked, s.cursor.advance
+}

@@ -18,7 +18,9 @@
 -- xmax up to hi's, plus one probe per transaction that was in progress in
 -- done (below done's xmax, so outside the range). A transaction open for
 -- hours then costs one probe per load, never a range that widens. Each
--- probe is a lateral equality (an xid = ANY(list) filter would be planned
+-- probe is a lateral equality kept from being flattened into a join
+-- (OFFSET 0: flattened, it was planned as a hash join over a walk of the
+-- primary key after the position; an xid = ANY(list) filter is planned
 -- over the whole shard), and the shard CTE is materialized so that the
 -- snapshots are built once per shard, not once per index entry.
 --
@@ -54,7 +56,8 @@ LEFT JOIN LATERAL (
         SELECT o.id
         FROM pg_snapshot_xip(s.done) AS x(xid)
         JOIN LATERAL (SELECT o.id FROM {{table}} AS o
-                      WHERE o.shard = s.shard AND o.xid = x.xid AND o.id > s.after) AS o ON true
+                      WHERE o.shard = s.shard AND o.xid = x.xid AND o.id > s.after
+                      OFFSET 0) AS o ON true
         WHERE pg_visible_in_snapshot(x.xid, s.hi)
     ) AS u
     ORDER BY u.id

@@ -21,7 +21,8 @@ past AS (
         UNION ALL
         SELECT o.id, o.xid, o.created_at
         FROM pg_snapshot_xip(s.done) AS x(xid)
-        JOIN {{table}} AS o ON o.shard = s.shard AND o.xid = x.xid
+        JOIN LATERAL (SELECT o.id, o.xid, o.created_at FROM {{table}} AS o
+                      WHERE o.shard = s.shard AND o.xid = x.xid OFFSET 0) AS o ON true
         WHERE pg_visible_in_snapshot(x.xid, s.now)
     ) AS o ON s.win IS NULL OR NOT pg_visible_in_snapshot(o.xid, s.win) OR o.id > s.win_last
 ),

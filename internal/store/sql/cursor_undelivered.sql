@@ -18,6 +18,7 @@ SELECT EXISTS (SELECT 1 FROM {{parked}} AS p
               AND (s.win IS NULL OR NOT pg_visible_in_snapshot(o.xid, s.win) OR o.id > s.win_last))
            OR EXISTS (
             SELECT 1 FROM pg_snapshot_xip(s.done) AS x(xid)
-            JOIN {{table}} AS o ON o.shard = s.shard AND o.xid = x.xid
+            JOIN LATERAL (SELECT o.id, o.xid FROM {{table}} AS o
+                          WHERE o.shard = s.shard AND o.xid = x.xid OFFSET 0) AS o ON true
             WHERE pg_visible_in_snapshot(x.xid, s.now)
               AND (s.win IS NULL OR NOT pg_visible_in_snapshot(o.xid, s.win) OR o.id > s.win_last)))
