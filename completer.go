@@ -58,28 +58,51 @@ func newBatchedCompleter(d *Dispatcher, mode lease.Batched, s *slots, leases *le
 	return c
 }
 
-// run finalizes verdicts until in is closed.
+// run finalizes verdicts until in is closed: whatever has accumulated
+// since the last write goes in the next. A batched mode also kicks it when
+// batches became complete without a verdict, and is written once more at
+// the end, for those.
 func (c *completer) run(in <-chan verdict) {
+	var kick <-chan struct{} // nil, never ready, unless batched
 	if c.batched != nil {
-		c.runBatched(in)
-		return
+		kick = c.batched.Kick()
 	}
-	for v := range in {
-		c.batch = append(c.batch[:0], v)
-	gather:
-		for len(c.batch) < cap(c.batch) {
-			select {
-			case v, ok := <-in:
-				if !ok {
-					break gather
+	for {
+		select {
+		case v, ok := <-in:
+			if !ok {
+				if c.batched != nil {
+					c.finalizeBatched(nil)
 				}
-				c.batch = append(c.batch, v)
-			default:
-				break gather
+				return
 			}
+			c.gather(v, in)
+			if c.batched != nil {
+				c.finalizeBatched(c.batch)
+				continue
+			}
+			c.finalize(c.batch)
+			c.slots.give(len(c.batch))
+		case <-kick:
+			c.finalizeBatched(nil)
 		}
-		c.finalize(c.batch)
-		c.slots.give(len(c.batch))
+	}
+}
+
+// gather fills c.batch with v and the verdicts waiting in in, up to its
+// capacity.
+func (c *completer) gather(v verdict, in <-chan verdict) {
+	c.batch = append(c.batch[:0], v)
+	for len(c.batch) < cap(c.batch) {
+		select {
+		case v, ok := <-in:
+			if !ok {
+				return
+			}
+			c.batch = append(c.batch, v)
+		default:
+			return
+		}
 	}
 }
 
@@ -117,30 +140,52 @@ func (c *completer) finalize(batch []verdict) {
 }
 
 // write runs the finalize statement, retrying while the batch's leases may
-// still hold (a database restart or failover takes seconds): every try is
-// fenced, so a late success is still correct, and each give-up means
-// re-deliveries. It returns, per write, whether it held.
+// still hold (see retry). It returns, per write, whether it held.
 func (c *completer) write(writes []store.RowWrite, keys []store.Lease) ([]bool, error) {
-	giveUp := c.clock.Now().Add(2 * time.Second)
-	if last := c.leases.LastDeadline(keys); last.After(giveUp) {
-		giveUp = last
-	}
-	for attempt := 0; ; attempt++ {
-		// Finalize must not be cut short by shutdown: a publish that succeeded
-		// and is not recorded would be delivered again.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		start := c.clock.Now()
-		held, err := c.mode.Finalize(ctx, writes)
+	var held []bool
+	err := c.retry(len(writes), func() []store.Lease { return keys }, func(ctx context.Context, attempt int) (bool, error) {
+		var err error
+		held, err = c.mode.Finalize(ctx, writes)
 		if err == nil && attempt > 0 {
 			err = c.confirmWritten(ctx, writes, held)
 		}
+		return true, err
+	})
+	return held, err
+}
+
+// retry runs try, and again after a failure while the leases of keys may
+// still hold (a database restart or failover takes seconds; at least two
+// seconds from the first try): every try is fenced, so a late success is
+// still correct, and each give-up means re-deliveries. keys is asked for
+// only once a try failed. try reports whether it ran a statement. A write
+// must not be cut short by shutdown (a publish that succeeded and is not
+// recorded would be delivered again), so its context is not the run's.
+func (c *completer) retry(rows int, keys func() []store.Lease, try func(ctx context.Context, attempt int) (bool, error)) error {
+	first := c.clock.Now()
+	var giveUp time.Time
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		start := c.clock.Now()
+		ran, err := try(ctx, attempt)
 		cancel()
-		c.stats.finalizes.Add(1)
-		if err == nil || c.clock.Now().After(giveUp) {
-			return held, err
+		if ran || err != nil {
+			c.stats.finalizes.Add(1)
 		}
-		c.hook.OnFinalize(FinalizeEvent{Rows: len(writes), Duration: c.clock.Since(start), Err: err, Retrying: true})
-		c.log.Error("finalize failed; retrying", slog.Any("error", err), slog.Int("rows", len(writes)), slog.Int("try", attempt+1))
+		if err == nil {
+			return nil
+		}
+		if attempt == 0 {
+			giveUp = first.Add(2 * time.Second)
+			if last := c.leases.LastDeadline(keys()); last.After(giveUp) {
+				giveUp = last
+			}
+		}
+		if c.clock.Now().After(giveUp) {
+			return err
+		}
+		c.hook.OnFinalize(FinalizeEvent{Rows: rows, Duration: c.clock.Since(start), Err: err, Retrying: true})
+		c.log.Error("finalize failed; retrying", slog.Any("error", err), slog.Int("rows", rows), slog.Int("try", attempt+1))
 		time.Sleep(min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second))
 	}
 }
@@ -168,36 +213,6 @@ func (c *completer) confirmWritten(ctx context.Context, writes []store.RowWrite,
 		held[i] = written[k]
 	}
 	return nil
-}
-
-// runBatched finalizes verdicts until in is closed, and whenever the mode
-// has batches complete without a verdict; then once more, for those.
-func (c *completer) runBatched(in <-chan verdict) {
-	for {
-		select {
-		case v, ok := <-in:
-			if !ok {
-				c.finalizeBatched(nil)
-				return
-			}
-			c.batch = append(c.batch[:0], v)
-		gather:
-			for len(c.batch) < cap(c.batch) {
-				select {
-				case v, ok := <-in:
-					if !ok {
-						break gather
-					}
-					c.batch = append(c.batch, v)
-				default:
-					break gather
-				}
-			}
-			c.finalizeBatched(c.batch)
-		case <-c.batched.Kick():
-			c.finalizeBatched(nil)
-		}
-	}
 }
 
 // finalizeBatched hands a batch of verdicts to a batched mode and settles
@@ -256,35 +271,21 @@ func (c *completer) finalizeBatched(batch []verdict) {
 	c.slots.give(len(settled))
 }
 
-// decide runs the mode's Decide, retrying as write does while the leases
-// of the verdicts waiting may still hold.
+// decide runs the mode's Decide, retrying as write does; the keys are
+// those of every verdict waiting.
 func (c *completer) decide(writes []store.RowWrite) ([]lease.Decision, error) {
-	var giveUp time.Time
-	for attempt := 0; ; attempt++ {
-		if attempt == 1 {
-			// Only once a try failed: the keys of every verdict waiting.
-			c.keys = c.keys[:0]
-			for key := range c.waiting {
-				c.keys = append(c.keys, key)
-			}
-			giveUp = c.clock.Now().Add(2 * time.Second)
-			if last := c.leases.LastDeadline(c.keys); last.After(giveUp) {
-				giveUp = last
-			}
+	var decided []lease.Decision
+	waiting := func() []store.Lease {
+		c.keys = c.keys[:0]
+		for key := range c.waiting {
+			c.keys = append(c.keys, key)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		start := c.clock.Now()
-		decided, err := c.batched.Decide(ctx, writes)
-		cancel()
-		if err == nil || attempt > 0 && c.clock.Now().After(giveUp) {
-			if err != nil || len(decided) > 0 {
-				c.stats.finalizes.Add(1)
-			}
-			return decided, err
-		}
-		c.stats.finalizes.Add(1)
-		c.hook.OnFinalize(FinalizeEvent{Rows: len(writes), Duration: c.clock.Since(start), Err: err, Retrying: true})
-		c.log.Error("finalize failed; retrying", slog.Any("error", err), slog.Int("rows", len(writes)), slog.Int("try", attempt+1))
-		time.Sleep(min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second))
+		return c.keys
 	}
+	err := c.retry(len(writes), waiting, func(ctx context.Context, _ int) (bool, error) {
+		var err error
+		decided, err = c.batched.Decide(ctx, writes)
+		return len(decided) > 0, err
+	})
+	return decided, err
 }

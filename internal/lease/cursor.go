@@ -94,6 +94,7 @@ func (c *cursorLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]
 	c.mu.Lock()
 	tokens := c.sync()
 	var parkedFrom []store.ShardLease
+	var exclude []int64
 	if !c.parkedAt.After(now) || clearWait {
 		c.parkedAt = now.Add(c.cfg.PollInterval)
 		for _, shard := range c.members.sorted() {
@@ -101,8 +102,8 @@ func (c *cursorLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]
 				parkedFrom = append(parkedFrom, store.ShardLease{Shard: shard, Token: tokens[shard]})
 			}
 		}
+		exclude = c.flight.exclude()
 	}
-	exclude := c.flight.exclude()
 	c.mu.Unlock()
 
 	var rows []store.Row
@@ -131,28 +132,15 @@ func (c *cursorLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]
 		dbNow = now
 	}
 	c.mu.Lock()
-	c.chain(rows)
-	c.mu.Unlock()
-	read := make([]int64, len(rows))
-	for i := range rows {
-		read[i] = rows[i].ID
-	}
-	kept := c.lease(rows, tokens)
-	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(kept) < len(read) {
-		// Rows of shards lost since they were read are not handed out.
-		in := make(map[int64]bool, len(kept))
-		for _, r := range kept {
-			in[r.ID] = true
+	c.chain(rows)
+	// Rows of shards lost since they were read are not handed out.
+	kept := c.leaseLocked(rows, tokens, func(id int64) {
+		if b := c.batchOf[id]; b != nil {
+			b.gone(id)
+			delete(c.batchOf, id)
 		}
-		for _, id := range read {
-			if b := c.batchOf[id]; b != nil && !in[id] {
-				b.gone(id)
-				delete(c.batchOf, id)
-			}
-		}
-	}
+	})
 	return kept, dbNow, nil
 }
 
@@ -358,22 +346,13 @@ func (c *cursorLeases) chain(rows []store.Row) {
 	}
 }
 
-// Finalize is Decide for callers that write one batch at a time: it
-// reports, per write, whether it was decided held by this call.
-func (c *cursorLeases) Finalize(ctx context.Context, writes []store.RowWrite) ([]bool, error) {
-	got, err := c.Decide(ctx, writes)
-	if err != nil {
-		return nil, err
-	}
-	held := map[int64]bool{}
-	for _, d := range got {
-		held[d.ID] = d.Held
-	}
-	out := make([]bool, len(writes))
-	for i, w := range writes {
-		out[i] = held[w.ID]
-	}
-	return out, nil
+// errBatched reports a call of Finalize on a batched mode, whose writes
+// go through Decide.
+var errBatched = errors.New("lease: snapshot cursors write their outcomes through Decide")
+
+// Finalize is not how a batched mode's outcomes are written (see Batched).
+func (c *cursorLeases) Finalize(context.Context, []store.RowWrite) ([]bool, error) {
+	return nil, errBatched
 }
 
 // Decide records each write in its batch and writes the batches complete

@@ -253,10 +253,19 @@ func (s *shardLeases) Undelivered(ctx context.Context) (bool, error) {
 func (s *shardLeases) lease(rows []store.Row, tokens map[int]int64) []store.Row {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.leaseLocked(rows, tokens, nil)
+}
+
+// leaseLocked is lease with s.mu held; dropped, when set, is told of each
+// row dropped.
+func (s *shardLeases) leaseLocked(rows []store.Row, tokens map[int]int64, dropped func(id int64)) []store.Row {
 	kept := rows[:0]
 	for _, r := range rows {
 		token, ok := tokens[r.Shard]
 		if !ok || !s.members.holds(r.Shard, token) {
+			if dropped != nil {
+				dropped(r.ID)
+			}
 			continue
 		}
 		r.LeaseVersion = token
