@@ -29,13 +29,18 @@ func (s *Store) Status(ctx context.Context, db DB) (Status, error) {
 	var counts, attempts []byte
 	var age *float64
 	st := Status{Counts: map[string]int64{}, Attempts: map[int]int64{}}
-	switch f, ok, err := s.cursorFigures(ctx, db); {
-	case err != nil:
+	shape, err := s.shape(ctx, db)
+	if err != nil {
 		return Status{}, err
-	case ok:
+	}
+	if shape.cursors {
+		f, err := s.cursorFigures(ctx, db)
+		if err != nil {
+			return Status{}, err
+		}
 		st.Counts = map[string]int64{StatusPending: f.pending, StatusProcessing: 0, StatusDone: f.done, StatusDead: f.dead}
 		st.DoneEstimated, st.Attempts, st.OldestPendingAge = f.doneEstimated, f.attempts, f.oldest
-		return s.withShardFigures(ctx, db, st)
+		return s.withShardFigures(ctx, db, shape, st)
 	}
 	if err := db.QueryRow(ctx, s.status, s.Table.ident("")).Scan(&counts, &age, &st.ExpiredLeases, &attempts, &st.DoneEstimated); err != nil {
 		return Status{}, translate(err)
@@ -61,14 +66,14 @@ func (s *Store) Status(ctx context.Context, db DB) (Status, error) {
 	if age != nil && !math.IsNaN(*age) {
 		st.OldestPendingAge = time.Duration(*age * float64(time.Second))
 	}
-	return s.withShardFigures(ctx, db, st)
+	return s.withShardFigures(ctx, db, shape, st)
 }
 
 // withShardFigures counts as processing what shard-lease dispatchers
 // report in flight: no claim is written, so the messages being delivered
 // are pending in the table.
-func (s *Store) withShardFigures(ctx context.Context, db DB, st Status) (Status, error) {
-	inFlight, expired, err := s.shardFigures(ctx, db)
+func (s *Store) withShardFigures(ctx context.Context, db DB, shape tableShape, st Status) (Status, error) {
+	inFlight, expired, err := s.shardFigures(ctx, db, shape)
 	if err != nil {
 		return Status{}, err
 	}

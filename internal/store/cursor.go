@@ -10,13 +10,12 @@ import (
 
 // cursorSQL are the snapshot-cursor statements (docs/snapshot-cursors.md).
 type cursorSQL struct {
-	exists, load, fetch, parked, advance, undelivered, status string
-	deadList, deadRetry, deadSkip, purge                      string
+	load, fetch, parked, advance, undelivered, status string
+	deadList, deadRetry, deadSkip, purge              string
 }
 
 func loadCursor(load func(string) string) cursorSQL {
 	return cursorSQL{
-		exists:      load("sql/cursor_exists.sql"),
 		load:        load("sql/cursor_load.sql"),
 		fetch:       load("sql/cursor_fetch.sql"),
 		parked:      load("sql/cursor_parked.sql"),
@@ -50,9 +49,8 @@ func (s *Store) EnableCursor(ctx context.Context, db pgx.Tx) error {
 
 // CursorEnabled reports whether the table has snapshot cursors.
 func (s *Store) CursorEnabled(ctx context.Context, db DB) (bool, error) {
-	var ok bool
-	err := db.QueryRow(ctx, s.cursor.exists, s.Table.ident(suffixParked), s.Table.ident(suffixShards)).Scan(&ok)
-	return ok, translate(err)
+	shape, err := s.shape(ctx, db)
+	return shape.cursors, err
 }
 
 // WindowLoad is one shard whose window to load, held under its token:

@@ -18,18 +18,14 @@ type cursorFigures struct {
 	attempts map[int]int64
 }
 
-// cursorFigures reads the figures, ok false when the table has no
-// snapshot cursors.
-func (s *Store) cursorFigures(ctx context.Context, db DB) (f cursorFigures, ok bool, err error) {
-	if ok, err = s.CursorEnabled(ctx, db); err != nil || !ok {
-		return f, ok, err
-	}
+// cursorFigures reads the figures of a table with snapshot cursors.
+func (s *Store) cursorFigures(ctx context.Context, db DB) (f cursorFigures, err error) {
 	var age *float64
 	var hist []byte
 	var estimate, capped int64
 	err = db.QueryRow(ctx, s.cursor.status, s.Table.ident("")).Scan(&f.pending, &f.dead, &age, &hist, &estimate, &capped)
 	if err != nil {
-		return f, true, translate(err)
+		return f, translate(err)
 	}
 	f.oldest = -1
 	if age != nil {
@@ -44,15 +40,15 @@ func (s *Store) cursorFigures(ctx context.Context, db DB) (f cursorFigures, ok b
 	}
 	var h map[string]int64
 	if err := json.Unmarshal(hist, &h); err != nil {
-		return f, true, err
+		return f, err
 	}
 	f.attempts = make(map[int]int64, len(h))
 	for k, v := range h {
 		n, err := strconv.Atoi(k)
 		if err != nil {
-			return f, true, err
+			return f, err
 		}
 		f.attempts[n] = v
 	}
-	return f, true, nil
+	return f, nil
 }

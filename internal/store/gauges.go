@@ -30,13 +30,18 @@ type Gauges struct {
 func (s *Store) Gauges(ctx context.Context, db DB) (Gauges, error) {
 	var g Gauges
 	var age float64
-	switch f, ok, err := s.cursorFigures(ctx, db); {
-	case err != nil:
+	shape, err := s.shape(ctx, db)
+	if err != nil {
 		return Gauges{}, err
-	case ok:
+	}
+	if shape.cursors {
+		f, err := s.cursorFigures(ctx, db)
+		if err != nil {
+			return Gauges{}, err
+		}
 		g.Pending, g.Dead, g.Done, g.DoneEstimated = f.pending, f.dead, f.done, f.doneEstimated
 		g.OldestPendingAge = max(f.oldest, 0)
-	default:
+	} else {
 		err := db.QueryRow(ctx, s.gauges, s.Table.ident("")).
 			Scan(&g.Pending, &g.Processing, &g.Dead, &g.Done, &age, &g.ExpiredLeases, &g.DoneEstimated)
 		if err != nil {
@@ -44,7 +49,7 @@ func (s *Store) Gauges(ctx context.Context, db DB) (Gauges, error) {
 		}
 		g.OldestPendingAge = time.Duration(age * float64(time.Second))
 	}
-	inFlight, expired, err := s.shardFigures(ctx, db)
+	inFlight, expired, err := s.shardFigures(ctx, db, shape)
 	if err != nil {
 		return Gauges{}, err
 	}

@@ -55,8 +55,8 @@ func (s *Store) Owners(ctx context.Context, db DB) ([]Owner, error) {
 	if err != nil {
 		return nil, translate(err)
 	}
-	exists, current, err := s.shardState(ctx, db)
-	if err != nil || !exists || !current {
+	shape, err := s.shape(ctx, db)
+	if err != nil || !shape.shards || !shape.current {
 		return out, err
 	}
 	rows, err = db.Query(ctx, s.shards.owners)

@@ -67,8 +67,8 @@ func (s *Store) EnableShards(ctx context.Context, db pgx.Tx, n int) error {
 // ShardCount is the table's number of shards, 0 when shard leases are not
 // enabled.
 func (s *Store) ShardCount(ctx context.Context, db DB) (int, error) {
-	exists, _, err := s.shardState(ctx, db)
-	if err != nil || !exists {
+	shape, err := s.shape(ctx, db)
+	if err != nil || !shape.shards {
 		return 0, err
 	}
 	var n int
@@ -79,24 +79,30 @@ func (s *Store) ShardCount(ctx context.Context, db DB) (int, error) {
 // ShardsCurrent reports whether the table's shard table has every column
 // this version's statements use (a table without shards is current).
 func (s *Store) ShardsCurrent(ctx context.Context, db DB) (bool, error) {
-	exists, current, err := s.shardState(ctx, db)
-	return !exists || current, err
+	shape, err := s.shape(ctx, db)
+	return !shape.shards || shape.current, err
 }
 
-// shardState reports whether the table has shards, and whether they are
-// current.
-func (s *Store) shardState(ctx context.Context, db DB) (exists, current bool, err error) {
-	err = db.QueryRow(ctx, s.shards.exists, s.Table.ident(suffixShards), s.Table.ident(suffixShardMembers)).Scan(&exists, &current)
-	return exists, current, translate(err)
+// tableShape is which lease modes a table is set up for: shards (current:
+// with every column this version's statements use) and snapshot cursors.
+type tableShape struct {
+	shards, current, cursors bool
+}
+
+// shape reads the table's shape from the catalog, in one statement.
+func (s *Store) shape(ctx context.Context, db DB) (tableShape, error) {
+	var t tableShape
+	err := db.QueryRow(ctx, s.shards.exists, s.Table.ident(suffixShards), s.Table.ident(suffixShardMembers), s.Table.ident(suffixParked)).
+		Scan(&t.shards, &t.current, &t.cursors)
+	return t, translate(err)
 }
 
 // shardFigures are what shard-lease dispatchers report for status: the
 // messages in flight (pending in the table) and the shard leases that ran
 // out; zero when the table has no current shards.
-func (s *Store) shardFigures(ctx context.Context, db DB) (inFlight, expired int64, err error) {
-	exists, current, err := s.shardState(ctx, db)
-	if err != nil || !exists || !current {
-		return 0, 0, err
+func (s *Store) shardFigures(ctx context.Context, db DB, shape tableShape) (inFlight, expired int64, err error) {
+	if !shape.shards || !shape.current {
+		return 0, 0, nil
 	}
 	err = db.QueryRow(ctx, s.shards.status).Scan(&inFlight, &expired)
 	return inFlight, expired, translate(err)
