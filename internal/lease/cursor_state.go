@@ -67,11 +67,14 @@ type entry struct {
 }
 
 func newBatch(l store.ShardLease, hi string) *batch {
-	return &batch{lease: l, hi: hi, rows: map[int64]*entry{}}
+	return &batch{lease: l, hi: hi}
 }
 
 // add puts a message read into the batch.
 func (b *batch) add(r *store.Row, parked bool) {
+	if b.rows == nil {
+		b.rows = map[int64]*entry{}
+	}
 	b.rows[r.ID] = &entry{agg: r.AggregateID, failed: r.Attempts - 1, parked: parked}
 	b.open++
 }
