@@ -53,34 +53,45 @@ func (b *testBundle) parked(t *testing.T) map[int64]string {
 }
 
 // Each message is delivered once, each aggregate in id order, and no
-// outbox row is written: the cursors move, the rows stay as inserted.
+// outbox row is written: the cursors move, the rows stay as inserted. Large
+// claims read their rows in two statements at once; the order holds across
+// the split.
 func TestCursorLeasesDeliverOnceInOrder(t *testing.T) {
 	t.Parallel()
-	b := cursorBundle(t, 4)
-	want := map[string][]int64{}
-	for round := range 3 {
-		for _, agg := range []string{"a", "b", "c", "d", "e"} {
-			want[agg] = append(want[agg], b.enqueueN(t, 10+round, agg)...)
-		}
-	}
-	rec := newRecorder(nil)
-	cfg := outbox.Config{Workers: 8, BatchSize: 16, Ordered: true}
-	drain(t, b.dispatcher(t, rec.Sink(), cursorConfig(cfg)))
+	for _, tc := range []struct {
+		name         string
+		perAggregate int
+		batch        int
+	}{{"small claims", 10, 16}, {"split reads", 60, 600}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := cursorBundle(t, 4)
+			want := map[string][]int64{}
+			for round := range 3 {
+				for _, agg := range []string{"a", "b", "c", "d", "e"} {
+					want[agg] = append(want[agg], b.enqueueN(t, tc.perAggregate+round, agg)...)
+				}
+			}
+			rec := newRecorder(nil)
+			cfg := outbox.Config{Workers: 8, BatchSize: tc.batch, Ordered: true}
+			drain(t, b.dispatcher(t, rec.Sink(), cursorConfig(cfg)))
 
-	got := map[string][]int64{}
-	for _, m := range rec.Messages() {
-		got[m.AggregateID] = append(got[m.AggregateID], m.ID)
-		require.Equal(t, 1, m.Attempt)
-		require.Positive(t, m.FencingToken)
-	}
-	require.Equal(t, want, got, "each aggregate once, in id order")
-	require.Zero(t, b.rewritten(t), "no outbox row was written")
-	require.Empty(t, b.parked(t))
+			got := map[string][]int64{}
+			for _, m := range rec.Messages() {
+				got[m.AggregateID] = append(got[m.AggregateID], m.ID)
+				require.Equal(t, 1, m.Attempt)
+				require.Positive(t, m.FencingToken)
+			}
+			require.Equal(t, want, got, "each aggregate once, in id order")
+			require.Zero(t, b.rewritten(t), "no outbox row was written")
+			require.Empty(t, b.parked(t))
 
-	// Delivered: a second drain finds nothing.
-	again := newRecorder(nil)
-	drain(t, b.dispatcher(t, again.Sink(), cursorConfig(cfg)))
-	require.Empty(t, again.Messages())
+			// Delivered: a second drain finds nothing.
+			again := newRecorder(nil)
+			drain(t, b.dispatcher(t, again.Sink(), cursorConfig(cfg)))
+			require.Empty(t, again.Messages())
+		})
+	}
 }
 
 // A retry and a dead message are parked, the only writes; the retry is

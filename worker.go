@@ -113,16 +113,17 @@ func (w *worker) process(ctx context.Context, c *claimed) verdict {
 // bounded by the timeout, or by a heartbeat that finds the lease lost. It
 // returns the publish's (ended) context, its duration and its error.
 func (w *worker) publishTimed(ctx context.Context, c *claimed, timeout time.Duration) (context.Context, time.Duration, error) {
-	cctx, cancelCause := context.WithCancelCause(context.WithoutCancel(ctx))
-	defer cancelCause(nil)
-	pctx, cancel := context.WithTimeout(cctx, timeout)
-	defer cancel()
-	w.leases.Begin(c.lease(), cancelCause)
+	pctx := newPublishCtx(ctx, timeout)
+	w.leases.Begin(c.lease(), pctx.cancel)
 	endSection := failpoint.During("mid-publish")
 	err := w.publish(pctx, &c.msg)
 	endSection()
 	failpoint.Hit("after-publish")
 	took := w.leases.End(c.lease())
+	pctx.end()
+	if err != nil && pctx.timedOut() && !errors.Is(err, context.DeadlineExceeded) && errors.Is(err, context.Canceled) {
+		err = deadlineError{err}
+	}
 	return pctx, took, err
 }
 

@@ -100,17 +100,10 @@ func (s *Store) LoadWindows(ctx context.Context, db DB, owner string, loads []Wi
 	var out []Window
 	for rows.Next() {
 		var w Window
-		var id *int64
-		if err := rows.Scan(&w.Shard, &w.Done, &w.Hi, &w.After, &w.Resumed, &id); err != nil {
+		if err := rows.Scan(&w.Shard, &w.Done, &w.Hi, &w.After, &w.Resumed, &w.IDs); err != nil {
 			return nil, translate(err)
 		}
-		if len(out) == 0 || out[len(out)-1].Shard != w.Shard {
-			out = append(out, w)
-		}
-		if id != nil {
-			w := &out[len(out)-1]
-			w.IDs = append(w.IDs, *id)
-		}
+		out = append(out, w)
 	}
 	return out, translate(rows.Err())
 }

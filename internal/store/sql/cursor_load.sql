@@ -24,9 +24,9 @@
 -- over the whole shard), and the shard CTE is materialized so that the
 -- snapshots are built once per shard, not once per index entry.
 --
--- Every shard read returns one row with its done and hi, its position and
--- whether the window was open before, then its ids (id NULL when the
--- window has none after the position).
+-- Every shard read returns one row: its done and hi, its position,
+-- whether the window was open before, and its ids in id order (an array:
+-- the snapshots are sent once per shard, not once per id).
 -- $1 owner, $2 shards, $3 tokens, $4 dones (NULL: the stored one), $5 his
 -- (NULL: a new window, or the stored one), $6 positions (the last id
 -- delivered in the window named), $7 ids per shard.
@@ -43,24 +43,26 @@ WITH s AS MATERIALIZED (
     FROM unnest($2::integer[], $3::bigint[], $4::text[], $5::text[], $6::bigint[]) AS f(shard, token, done, hi, after)
     JOIN {{shards}} AS h ON h.shard = f.shard AND h.token = f.token AND h.owner = $1 AND h.lease_until > now()
 )
-SELECT s.shard, s.done::text, s.hi::text, s.after, s.resumed, c.id
+SELECT s.shard, s.done::text, s.hi::text, s.after, s.resumed, c.ids
 FROM s
-LEFT JOIN LATERAL (
-    SELECT u.id FROM (
-        SELECT o.id FROM {{table}} AS o
-        WHERE o.shard = s.shard
-          AND o.xid >= pg_snapshot_xmax(s.done) AND o.xid < pg_snapshot_xmax(s.hi)
-          AND pg_visible_in_snapshot(o.xid, s.hi)
-          AND o.id > s.after
-        UNION ALL
-        SELECT o.id
-        FROM pg_snapshot_xip(s.done) AS x(xid)
-        JOIN LATERAL (SELECT o.id FROM {{table}} AS o
-                      WHERE o.shard = s.shard AND o.xid = x.xid AND o.id > s.after
-                      OFFSET 0) AS o ON true
-        WHERE pg_visible_in_snapshot(x.xid, s.hi)
-    ) AS u
-    ORDER BY u.id
-    LIMIT $7
-) AS c ON true
-ORDER BY s.shard, c.id
+CROSS JOIN LATERAL (
+    SELECT coalesce(array_agg(v.id ORDER BY v.id), '{}') AS ids FROM (
+        SELECT u.id FROM (
+            SELECT o.id FROM {{table}} AS o
+            WHERE o.shard = s.shard
+              AND o.xid >= pg_snapshot_xmax(s.done) AND o.xid < pg_snapshot_xmax(s.hi)
+              AND pg_visible_in_snapshot(o.xid, s.hi)
+              AND o.id > s.after
+            UNION ALL
+            SELECT o.id
+            FROM pg_snapshot_xip(s.done) AS x(xid)
+            JOIN LATERAL (SELECT o.id FROM {{table}} AS o
+                          WHERE o.shard = s.shard AND o.xid = x.xid AND o.id > s.after
+                          OFFSET 0) AS o ON true
+            WHERE pg_visible_in_snapshot(x.xid, s.hi)
+        ) AS u
+        ORDER BY u.id
+        LIMIT $7
+    ) AS v
+) AS c
+ORDER BY s.shard
