@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -327,6 +328,50 @@ func TestCursorLeasesHungPublishGivesItsShardUp(t *testing.T) {
 	got := rec.IDs()
 	require.Subset(t, got, ids)
 	require.EqualValues(t, 1, d.Stats().HungPublishes)
+}
+
+// A hung publish holds its batch, and the batches of its shard read after
+// it wait behind that one: giving the shard up lets them go at once, so
+// their slots come back and the other shards go on (they held every slot
+// of the dispatcher, and no claim came to let them go).
+func TestCursorLeasesHungPublishDoesNotStallTheRest(t *testing.T) {
+	t.Parallel()
+	b := cursorBundle(t, 4)
+	for i := range 8 {
+		b.enqueueN(t, 5, fmt.Sprintf("a%d", i))
+	}
+	release := make(chan struct{})
+	var once sync.Once
+	rec := newRecorder(func(_ context.Context, m *outbox.Message) error {
+		hang := false
+		once.Do(func() { hang = true })
+		if hang {
+			<-release // ignores its context
+		}
+		return nil
+	})
+	d := b.dispatcher(t, rec.Sink(), cursorConfig(outbox.Config{
+		Lease: 600 * time.Millisecond, PublishTimeout: 200 * time.Millisecond, Workers: 4, BatchSize: 10}))
+	start(t, d)
+	t.Cleanup(func() { close(release) }) // before the dispatcher stops: cleanups run last first
+	require.Eventually(t, func() bool { return d.Stats().HungPublishes == 1 }, 10*time.Second, 10*time.Millisecond)
+	for i := range 8 {
+		b.enqueueN(t, 5, fmt.Sprintf("b%d", i))
+	}
+	require.Eventually(t, func() bool {
+		st, err := b.admin.Status(t.Context())
+		return err == nil && st.Counts["pending"]+st.Counts["processing"] == 0 && st.Counts["done"] == 80
+	}, 15*time.Second, 20*time.Millisecond, "the dispatcher went on past its hung publish")
+	// The hung message was parked as a failed attempt with its batch, and
+	// the batches behind it written: it alone goes out again.
+	twice := 0
+	for _, n := range publishCounts(rec) {
+		require.LessOrEqual(t, n, 2)
+		if n == 2 {
+			twice++
+		}
+	}
+	require.Equal(t, 1, twice, "only the hung message is delivered again")
 }
 
 // Ordered, a dead message holds its aggregate back, parked behind it; the

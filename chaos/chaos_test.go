@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -279,14 +280,15 @@ func baseArm(s uint64, slot, inc int) string {
 	}
 }
 
-// leaseMode reads CHAOS_LEASE_MODE (row or shard), or draws the mode from
-// the seed, and prints it next to the seed.
+// leaseMode reads CHAOS_LEASE_MODE (row, shard or cursor), or draws the
+// mode from the seed, and prints it next to the seed.
 func leaseMode(t *testing.T, s uint64) string {
 	t.Helper()
-	mode := []string{leaseRow, leaseShard}[rand.New(rand.NewPCG(s, 0x1ea5e)).IntN(2)]
+	modes := []string{leaseRow, leaseShard, leaseCursor}
+	mode := modes[rand.New(rand.NewPCG(s, 0x1ea5e)).IntN(len(modes))]
 	if v := os.Getenv("CHAOS_LEASE_MODE"); v != "" {
-		if v != leaseRow && v != leaseShard {
-			t.Fatalf("CHAOS_LEASE_MODE=%q: must be %q or %q", v, leaseRow, leaseShard)
+		if !slices.Contains(modes, v) {
+			t.Fatalf("CHAOS_LEASE_MODE=%q: must be %q, %q or %q", v, leaseRow, leaseShard, leaseCursor)
 		}
 		mode = v
 	}

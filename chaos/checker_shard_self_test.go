@@ -191,3 +191,29 @@ func TestCheckerDetectsShardMode(t *testing.T) {
 		require.Zero(t, mustBeZero(c), "%+v", c)
 	})
 }
+
+// TestCheckerDetectsCursorMoves: a cursor moved by the shard's owner under
+// its token passes; one moved after a takeover, or by a session that is
+// not the owner, is a stale finalize.
+func TestCheckerDetectsCursorMoves(t *testing.T) {
+	t.Parallel()
+	acqs := []shardAcq{{seq: 1, shard: 0, token: 1, owner: "w0-0"}, {seq: 5, shard: 0, token: 2, owner: "w1-0"}}
+	for _, tc := range []struct {
+		name  string
+		move  cursorMove
+		stale int
+	}{
+		{"ByTheOwner", cursorMove{seq: 3, shard: 0, token: 1, owner: "w0-0", app: "w0-0"}, 0},
+		{"ByTheNextOwner", cursorMove{seq: 6, shard: 0, token: 2, owner: "w1-0", app: "w1-0"}, 0},
+		{"AfterTheTakeover", cursorMove{seq: 6, shard: 0, token: 1, owner: "w0-0", app: "w0-0"}, 1},
+		{"ByAnotherSession", cursorMove{seq: 3, shard: 0, token: 1, owner: "w0-0", app: "w1-0"}, 1},
+		{"BeforeAnyTakeover", cursorMove{seq: 0, shard: 0, token: 1, owner: "w0-0", app: "w0-0"}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := &counts{}
+			cursorMoveChecks(c, acqs, []cursorMove{tc.move})
+			require.Equal(t, tc.stale, c.StaleFinalize)
+		})
+	}
+}

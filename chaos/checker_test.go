@@ -234,7 +234,7 @@ func (r *run) check(drainTook time.Duration) (*report, error) {
 		if err != nil {
 			return nil, err
 		}
-		if r.cfg.leaseMode == leaseShard {
+		if sharded(r.cfg.leaseMode) {
 			if g.shardAcqs, err = r.loadShardAudit(ctx, g); err != nil {
 				return nil, err
 			}
@@ -242,7 +242,25 @@ func (r *run) check(drainTook time.Duration) (*report, error) {
 		} else {
 			ownersFromAudit(byGroup[g.name], audit)
 		}
+		var moves []cursorMove
+		var written int
+		if r.cfg.leaseMode == leaseCursor {
+			// The rows are never written: the parked writes are the
+			// audit trail, and the cursor moves are checked apart.
+			written = len(audit)
+			if moves, audit, err = r.loadCursorAudit(ctx, g); err != nil {
+				return nil, err
+			}
+			lastAcked(rows, byGroup[g.name])
+		}
 		c := checkGroup(g, rows, audit, byGroup[g.name], events, r.cfg, r.rejectedLeases(g.name))
+		if r.cfg.leaseMode == leaseCursor {
+			cursorMoveChecks(c, g.shardAcqs, moves)
+			if written > 0 {
+				c.StaleFinalize += written
+				c.example("stale_finalize", "%d writes of outbox rows under snapshot cursors, which write none", written)
+			}
+		}
 		if err := r.classFigures(ctx, g, c); err != nil {
 			return nil, err
 		}
@@ -264,10 +282,10 @@ func (r *run) check(drainTook time.Duration) (*report, error) {
 
 func (r *run) loadRows(ctx context.Context, g *group) (map[int64]rowState, error) {
 	shard := "-1"
-	if r.cfg.leaseMode == leaseShard {
+	if sharded(r.cfg.leaseMode) {
 		shard = "coalesce(shard, -1)"
 	}
-	rows, err := r.env.admin.Query(ctx, `SELECT id, status, lease_version, aggregate_id, coalesce(last_error, ''), `+shard+`, coalesce(uid::text, '') FROM `+g.table)
+	rows, err := r.env.admin.Query(ctx, `SELECT id, status, lease_version, aggregate_id, coalesce(last_error, ''), `+shard+`, coalesce(uid::text, '') FROM `+g.status)
 	if err != nil {
 		return nil, err
 	}
@@ -446,7 +464,7 @@ func checkGroup(g *group, rows map[int64]rowState, audit []auditRec, dels []deli
 	// saw its publish fail), by owner.
 	failed := map[leaseKey]string{}
 	var claims []claimAt
-	if cfg.leaseMode == leaseShard {
+	if sharded(cfg.leaseMode) {
 		shardAuditChecks(c, g.shardAcqs, rows, audit, dels, acked, byID, claimOf, failed, doneSeq, cfg)
 	} else {
 		claims = rowAuditChecks(c, audit, acked, byID, claimOf, failed, doneSeq, cfg)
@@ -476,6 +494,12 @@ func checkGroup(g *group, rows map[int64]rowState, audit []auditRec, dels []deli
 
 	if g.cfg.ordered {
 		c.OrderingDetail = map[string]int{}
+		if cfg.leaseMode == leaseCursor {
+			// A cursor move makes a window's rows done at once, with no
+			// write per row to date them: the order is the deliveries'
+			// (the acknowledgements' check below), not the writes'.
+			doneSeq = map[int64]int64{}
+		}
 		orderingChecks(c, rows, byID, doneSeq, claims)
 	}
 	falselyDead(c, rows, audit, byID, cfg, rejected)
@@ -498,7 +522,7 @@ func falselyDead(c *counts, rows map[int64]rowState, audit []auditRec, byID map[
 	// The lease a write was made under: the row's own, which a claim set,
 	// or under shard leases the shard token the write stamps.
 	leaseOf := func(a auditRec) int64 {
-		if cfg.leaseMode == leaseShard {
+		if sharded(cfg.leaseMode) {
 			return a.newVersion
 		}
 		return a.oldVersion
@@ -606,7 +630,7 @@ func explain(prev, cur delivery, claimOf map[leaseKey]auditRec, failed map[lease
 		return "answer_" + prev.Answer
 	}
 	sameAttempt := prev.Token == cur.Token && prev.Attempt == cur.Attempt
-	if sameAttempt && cfg.leaseMode != leaseShard {
+	if sameAttempt && !sharded(cfg.leaseMode) {
 		return "unexplained: same lease delivered twice after a 2xx"
 	}
 	holder := prev

@@ -265,7 +265,7 @@ func (r *run) probeOnce(g *group, try int) (time.Duration, error) {
 	}
 	for ctx.Err() == nil {
 		var done int
-		if err := r.env.admin.QueryRow(ctx, `SELECT count(*) FROM `+g.table+` WHERE aggregate_id = $1 AND status = 'done'`,
+		if err := r.env.admin.QueryRow(ctx, `SELECT count(*) FROM `+g.status+` WHERE aggregate_id = $1 AND status = 'done'`,
 			agg).Scan(&done); err != nil {
 			return 0, err
 		}
@@ -361,7 +361,7 @@ func (r *run) probeAuthHeal() {
 	start := time.Now()
 	for ctx.Err() == nil {
 		var done int
-		if err := r.env.admin.QueryRow(ctx, `SELECT count(*) FROM `+g.table+` WHERE id > $1 AND status = 'done'`,
+		if err := r.env.admin.QueryRow(ctx, `SELECT count(*) FROM `+g.status+` WHERE id > $1 AND status = 'done'`,
 			before).Scan(&done); err != nil {
 			r.t.Errorf("auth_heal probe on %s: %v", g.name, err)
 			return

@@ -223,17 +223,23 @@ type runConfig struct {
 	// allowReap: rows reaped after their last attempt are an expected
 	// outcome (a scenario run with --max-attempts 1), not falsely dead.
 	allowReap bool
-	// leaseMode is the workers' --lease-mode: leaseRow ("") or
-	// leaseShard, whose tables get shardCount shards; each group keeps
-	// its order (ordered or not), which means the same in both modes.
+	// leaseMode is the workers' --lease-mode: leaseRow (""), leaseShard,
+	// whose tables get shardCount shards, or leaseCursor, whose tables get
+	// snapshot cursors on those shards; each group keeps its order
+	// (ordered or not), which means the same in every mode.
 	leaseMode string
 }
 
 const (
-	leaseRow   = "row"
-	leaseShard = "shard"
-	shardCount = 16
+	leaseRow    = "row"
+	leaseShard  = "shard"
+	leaseCursor = "cursor"
+	shardCount  = 16
 )
+
+// sharded reports whether mode leases whole shards (shard leases, and
+// snapshot cursors on them).
+func sharded(mode string) bool { return mode == leaseShard || mode == leaseCursor }
 
 const sinkNATS = "nats"
 
@@ -262,9 +268,13 @@ type group struct {
 	// (the search_path class); decoy is the schema of the decoy waiters.
 	bare  bool
 	decoy string
-	// shardAcqs are the shard leases taken, in audit order (shard mode),
-	// read before the check.
+	// shardAcqs are the shard leases taken, in audit order (shard and
+	// cursor modes), read before the check.
 	shardAcqs []shardAcq
+	// status is where a row's status is read: the table, or under
+	// snapshot cursors a view that derives it from the cursors and the
+	// parked messages (the status column is not written there).
+	status string
 }
 
 // run is one scenario against its own schema.
@@ -364,9 +374,15 @@ func newRun(t *testing.T, e *env, cfg runConfig, seed uint64) *run {
 		if err := installAudit(ctx, e.admin, r.schema, gc.name); err != nil {
 			t.Fatalf("audit trigger on %s: %v", g.table, err)
 		}
-		if cfg.leaseMode == leaseShard {
+		g.status = g.table
+		if sharded(cfg.leaseMode) {
 			if err := r.enableShards(ctx, g); err != nil {
 				t.Fatalf("shards on %s: %v", g.table, err)
+			}
+		}
+		if cfg.leaseMode == leaseCursor {
+			if err := r.enableCursors(ctx, g); err != nil {
+				t.Fatalf("snapshot cursors on %s: %v", g.table, err)
 			}
 		}
 		aggs := make([]string, gc.aggregates)
@@ -513,9 +529,9 @@ func (r *run) heal() {
 // ordered group blocked behind a dead head (only an operator can unblock
 // those).
 func (r *run) undelivered(ctx context.Context, g *group) (int, error) {
-	q := `SELECT count(*) FROM ` + g.table + ` AS o WHERE o.status IN ('pending', 'processing')`
+	q := `SELECT count(*) FROM ` + g.status + ` AS o WHERE o.status IN ('pending', 'processing')`
 	if g.cfg.ordered {
-		q += ` AND NOT EXISTS (SELECT 1 FROM ` + g.table + ` AS p WHERE p.aggregate_id = o.aggregate_id AND p.id < o.id AND p.status = 'dead')`
+		q += ` AND NOT EXISTS (SELECT 1 FROM ` + g.status + ` AS p WHERE p.aggregate_id = o.aggregate_id AND p.id < o.id AND p.status = 'dead')`
 	}
 	var n int
 	err := r.env.admin.QueryRow(ctx, q).Scan(&n)

@@ -168,3 +168,168 @@ func shardAuditChecks(c *counts, acqs []shardAcq, rows map[int64]rowState, audit
 		}
 	}
 }
+
+// cursorMove is a move of a shard's snapshot cursor: its done snapshot or
+// open window written, by app, the shard row then naming owner and token.
+type cursorMove struct {
+	seq   int64
+	shard int
+	token int64
+	owner string
+	app   string
+}
+
+// enableCursors gives g's table snapshot cursors (its shards are enabled)
+// and audits what the relay writes under them, in the sequence of the
+// table's own audit trail: every move of a cursor and every write of a
+// parked message. The rows themselves are never written; their status is
+// read through a view that derives it as the relay does: parked (pending
+// or dead), else done once its shard's cursor passed it (visible in the
+// done snapshot, or in the open window up to its last id), else pending.
+func (r *run) enableCursors(ctx context.Context, g *group) error {
+	admin, err := outbox.NewAdmin(r.env.admin, g.table)
+	if err != nil {
+		return err
+	}
+	if err := admin.EnableCursors(ctx); err != nil {
+		return err
+	}
+	s := pgx.Identifier{r.schema}.Sanitize()
+	name := func(suffix string) string { return s + "." + pgx.Identifier{g.name + suffix}.Sanitize() }
+	var seq string
+	if err := r.env.admin.QueryRow(ctx, "SELECT pg_get_serial_sequence($1, 'seq')", g.audit).Scan(&seq); err != nil {
+		return err
+	}
+	q := `
+CREATE TABLE ` + name("_chaos_cursor_audit") + ` (
+    seq   bigint PRIMARY KEY DEFAULT nextval('` + seq + `'),
+    app   text NOT NULL DEFAULT current_setting('application_name'),
+    shard integer NOT NULL,
+    owner text,
+    token bigint NOT NULL
+);
+CREATE FUNCTION ` + name("_chaos_cursor_audit_fn") + `() RETURNS trigger LANGUAGE plpgsql AS $chaos$
+BEGIN
+    INSERT INTO ` + name("_chaos_cursor_audit") + ` (shard, owner, token) VALUES (NEW.shard, NEW.owner, NEW.token);
+    RETURN NULL;
+END
+$chaos$;
+CREATE TRIGGER chaos_cursor_audit AFTER UPDATE ON ` + name("_shards") + ` FOR EACH ROW
+    WHEN (OLD.done::text IS DISTINCT FROM NEW.done::text OR OLD.win::text IS DISTINCT FROM NEW.win::text
+          OR OLD.win_last IS DISTINCT FROM NEW.win_last)
+    EXECUTE FUNCTION ` + name("_chaos_cursor_audit_fn") + `();
+CREATE TABLE ` + name("_chaos_park_audit") + ` (
+    seq        bigint PRIMARY KEY DEFAULT nextval('` + seq + `'),
+    at         timestamptz NOT NULL DEFAULT clock_timestamp(),
+    app        text NOT NULL DEFAULT current_setting('application_name'),
+    id         bigint NOT NULL,
+    shard      integer NOT NULL,
+    status     text NOT NULL,
+    last_error text
+);
+CREATE FUNCTION ` + name("_chaos_park_audit_fn") + `() RETURNS trigger LANGUAGE plpgsql AS $chaos$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        INSERT INTO ` + name("_chaos_park_audit") + ` (id, shard, status) VALUES (OLD.id, OLD.shard, 'done');
+    ELSE
+        INSERT INTO ` + name("_chaos_park_audit") + ` (id, shard, status, last_error)
+        VALUES (NEW.id, NEW.shard, NEW.status, NEW.last_error);
+    END IF;
+    RETURN NULL;
+END
+$chaos$;
+CREATE TRIGGER chaos_park_audit AFTER INSERT OR UPDATE OR DELETE ON ` + name("_parked") + ` FOR EACH ROW
+    EXECUTE FUNCTION ` + name("_chaos_park_audit_fn") + `();
+CREATE VIEW ` + name("_chaos_status") + ` AS
+SELECT o.id, o.aggregate_id, o.shard, o.uid, 0::bigint AS lease_version, p.last_error,
+       CASE WHEN p.status IS NOT NULL THEN p.status
+            WHEN pg_visible_in_snapshot(o.xid, h.done)
+                 OR h.win IS NOT NULL AND pg_visible_in_snapshot(o.xid, h.win) AND o.id <= h.win_last THEN 'done'
+            ELSE 'pending' END AS status
+FROM ` + g.table + ` AS o
+JOIN ` + name("_shards") + ` AS h ON h.shard = o.shard
+LEFT JOIN ` + name("_parked") + ` AS p ON p.id = o.id;`
+	if _, err := r.env.admin.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol); err != nil {
+		return err
+	}
+	g.status = name("_chaos_status")
+	return nil
+}
+
+// loadCursorAudit reads the cursor moves, and the parked writes as the
+// table's audit trail would record them had the rows been written: each
+// stamped with the token its shard had at the time (0: none yet).
+func (r *run) loadCursorAudit(ctx context.Context, g *group) ([]cursorMove, []auditRec, error) {
+	rows, err := r.env.admin.Query(ctx, `SELECT seq, shard, token, coalesce(owner, ''), app FROM `+
+		pgx.Identifier{r.schema, g.name + "_chaos_cursor_audit"}.Sanitize()+` ORDER BY seq`)
+	if err != nil {
+		return nil, nil, err
+	}
+	moves, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (cursorMove, error) {
+		var m cursorMove
+		err := row.Scan(&m.seq, &m.shard, &m.token, &m.owner, &m.app)
+		return m, err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, err = r.env.admin.Query(ctx, `SELECT seq, at, app, id, shard, status, coalesce(last_error, '') FROM `+
+		pgx.Identifier{r.schema, g.name + "_chaos_park_audit"}.Sanitize()+` ORDER BY seq`)
+	if err != nil {
+		return nil, nil, err
+	}
+	var parks []auditRec
+	for rows.Next() {
+		var a auditRec
+		var shard int
+		if err := rows.Scan(&a.seq, &a.at, &a.app, &a.id, &shard, &a.newStatus, &a.lastError); err != nil {
+			rows.Close()
+			return nil, nil, err
+		}
+		a.oldStatus = "pending"
+		a.newVersion = tokenAt(g.shardAcqs, shard, a.seq).token
+		parks = append(parks, a)
+	}
+	return moves, parks, rows.Err()
+}
+
+// tokenAt is the takeover of shard current at audit seq (zero if none).
+func tokenAt(acqs []shardAcq, shard int, seq int64) shardAcq {
+	var cur shardAcq
+	for _, a := range acqs {
+		if a.seq > seq {
+			break
+		}
+		if a.shard == shard {
+			cur = a
+		}
+	}
+	return cur
+}
+
+// cursorMoveChecks checks that every cursor move was written by the
+// owner of the token its shard had at the time: a dispatcher that lost
+// its shard must not move the cursor (it would skip what the new owner
+// has not delivered, or hold back what it has).
+func cursorMoveChecks(c *counts, acqs []shardAcq, moves []cursorMove) {
+	for _, m := range moves {
+		cur := tokenAt(acqs, m.shard, m.seq)
+		if cur.token == 0 || cur.token != m.token || cur.owner != m.app {
+			c.StaleFinalize++
+			c.example("stale_finalize", "cursor of shard %d moved by %s under token %d at seq %d; the shard was %q's under token %d",
+				m.shard, m.app, m.token, m.seq, cur.owner, cur.token)
+		}
+	}
+}
+
+// lastAcked stamps each row of a table relayed under snapshot cursors
+// with the newest token a delivery of it was acknowledged under, which
+// stands for the lease_version its done write would have stamped.
+func lastAcked(rows map[int64]rowState, dels []delivery) {
+	for _, d := range dels {
+		if s, ok := rows[d.ID]; ok && d.Answer == answerOK && d.Token > s.version {
+			s.version = d.Token
+			rows[d.ID] = s
+		}
+	}
+}

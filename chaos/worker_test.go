@@ -152,8 +152,8 @@ func (s *slot) start() (*proc, error) {
 	if s.g.cfg.ordered {
 		args = append(args, "--ordered")
 	}
-	if r.cfg.leaseMode == leaseShard {
-		args = append(args, "--lease-mode", leaseShard)
+	if sharded(r.cfg.leaseMode) {
+		args = append(args, "--lease-mode", r.cfg.leaseMode)
 	}
 	args = append(args, s.extraArgs...)
 	armed := ""

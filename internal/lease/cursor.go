@@ -71,11 +71,64 @@ type cursorLeases struct {
 }
 
 func newCursorLeases(st *store.Store, pool *pgxpool.Pool, cfg Config, cb Callbacks, log *slog.Logger, count int, leases *Registry) *cursorLeases {
-	return &cursorLeases{
+	c := &cursorLeases{
 		shardLeases: newShardLeases(st, pool, cfg, cb, log, count, leases),
 		cacheSize:   max(4*cfg.Window, 1024),
 		kick:        make(chan struct{}, 1),
 		windows:     map[int]*window{}, batchOf: map[int64]*batch{}, lastOf: map[string]int64{},
+	}
+	c.hung, c.gaveUp, c.isolates = c.parkHung, c.dropWindows, false
+	return c
+}
+
+// hungError is the outcome written for a publish hung past its timeout.
+const hungError = "publish hung past its timeout (the sink ignores its context)"
+
+// parkHung writes a publish hung past its timeout off as a failed attempt
+// (called under mu): it is parked as a retry with its batch, whose other
+// outcomes are known, so the batch and those behind it are written and the
+// shard is given up with nothing of it unwritten (see giveUpHung): its next
+// owner retries the hung message alone, under a new token. The hung
+// publish's verdict, if the sink ever returns, finds its batch decided and
+// writes nothing.
+func (c *cursorLeases) parkHung(hung []store.Lease) {
+	kicked := false
+	for _, l := range hung {
+		b := c.batchOf[l.ID]
+		if b == nil || b.lease.Token != l.Version || b.dead {
+			continue
+		}
+		w := store.RowWrite{ID: l.ID, LeaseVersion: l.Version, Status: store.StatusPending, Delay: c.cfg.PublishTimeout, Error: hungError}
+		if e := b.rows[l.ID]; e != nil && e.failed+1 >= c.cfg.MaxAttempts {
+			w.Status, w.Delay, w.Error = store.StatusDead, 0, "retries exhausted: "+hungError
+		}
+		if !b.settle(l.ID, w) {
+			continue
+		}
+		b.writes = append(b.writes, w)
+		if b.complete() {
+			if b.hi == "" {
+				c.undecided = append(c.undecided, b)
+			}
+			kicked = true
+		}
+	}
+	if kicked {
+		c.kickCompleter()
+	}
+}
+
+// dropWindows gives up the windows of shards given up behind a hung
+// publish (called under mu). The batches of such a shard wait behind the
+// hung one's, which never completes: their outcomes are decided unwritten
+// now (the shard's next owner delivers them again), not at the next claim,
+// which may never come while they hold the dispatcher's slots.
+func (c *cursorLeases) dropWindows(shards []store.ShardLease) {
+	for _, l := range shards {
+		if w := c.windows[l.Shard]; w != nil && w.token == l.Token {
+			c.kill(w.batches)
+			delete(c.windows, l.Shard)
+		}
 	}
 }
 
@@ -136,13 +189,33 @@ func (c *cursorLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]
 	defer c.mu.Unlock()
 	c.chain(rows)
 	// Rows of shards lost since they were read are not handed out.
-	kept := c.leaseLocked(rows, tokens, func(id int64) {
-		if b := c.batchOf[id]; b != nil {
-			b.gone(id)
-			delete(c.batchOf, id)
-		}
-	})
+	kept := c.leaseLocked(rows, tokens, c.unleased)
 	return kept, dbNow, nil
+}
+
+// unleased forgets a message read and not handed out, its shard no longer
+// held under the token it was read with (called under mu). A parked
+// message stays parked. A window message must not be passed by its
+// cursor: the shard's batches not yet written under that token are given
+// up, as the shard is. Counting it settled instead let its batch be
+// written by a dispatcher that had dropped the shard from memory while the
+// database still named it the owner (a renewal that came back without the
+// shard, a shard given up and not yet released), moving the cursor past a
+// message nobody delivered.
+func (c *cursorLeases) unleased(id int64) {
+	b := c.batchOf[id]
+	if b == nil {
+		return
+	}
+	delete(c.batchOf, id)
+	if b.hi == "" {
+		b.gone(id)
+		return
+	}
+	if w := c.windows[b.lease.Shard]; w != nil && w.token == b.lease.Token {
+		c.stale(w)
+	}
+	c.kill([]*batch{b})
 }
 
 // sync forgets the windows of shards no longer held under their token (or
@@ -402,7 +475,6 @@ func (c *cursorLeases) Decide(ctx context.Context, writes []store.RowWrite) ([]D
 			continue // recorded by an earlier try
 		}
 		b.writes = append(b.writes, w)
-		c.flight.published(w.ID)
 		switch {
 		case b.dead:
 			out = append(out, c.decideAll(b, false)...)

@@ -36,6 +36,8 @@ type leaseState struct {
 	// hung is set once a heartbeat found the publish running past
 	// PublishTimeout plus a grace, and stopped extending its lease.
 	hung bool
+	// cancelled: the publish was cancelled (it may ignore it).
+	cancelled bool
 }
 
 // phase is where a claimed row is.
@@ -141,7 +143,7 @@ func (r *Registry) Begin(l store.Lease, cancel context.CancelCauseFunc) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if s, ok := r.m[l]; ok {
-		s.phase, s.started, s.cancel = phasePublishing, r.Clock.Now(), cancel
+		s.phase, s.started, s.cancel, s.cancelled = phasePublishing, r.Clock.Now(), cancel, false
 	}
 }
 
@@ -174,17 +176,21 @@ func (r *Registry) Publishing(l store.Lease) bool {
 	return ok && s.phase == phasePublishing
 }
 
-// Cancel ends l's publish, if it is running, with cause.
-func (r *Registry) Cancel(l store.Lease, cause error) {
+// Cancel ends l's publish, if it is running, with cause, and reports
+// whether it was running and not cancelled before (a hung publish ignores
+// its cancel, and is found lost again at every renewal).
+func (r *Registry) Cancel(l store.Lease, cause error) bool {
 	r.mu.Lock()
 	var cancel context.CancelCauseFunc
-	if s, ok := r.m[l]; ok {
+	if s, ok := r.m[l]; ok && !s.cancelled {
 		cancel = s.cancel
+		s.cancelled = cancel != nil
 	}
 	r.mu.Unlock()
 	if cancel != nil {
 		cancel(cause)
 	}
+	return cancel != nil
 }
 
 // MarkHung marks hung the publishes that began before before and still

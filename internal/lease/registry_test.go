@@ -45,8 +45,10 @@ func TestUnitRegistry(t *testing.T) {
 	require.Empty(t, r.Overdue())
 	clk.advance(21 * time.Second)
 	require.Equal(t, []store.Lease{a}, r.Overdue(), "only publishes run past their deadline")
-	r.Cancel(a, ErrLost)
+	require.True(t, r.Cancel(a, ErrLost))
 	require.True(t, errors.Is(cancelled, ErrLost))
+	require.False(t, r.Cancel(a, ErrLost), "a publish is cancelled once: a hung one is not reported at every renewal")
+	require.False(t, r.Cancel(b, ErrLost), "a publish that ended is not cancelled")
 
 	r.Forget([]store.Lease{a, b, c})
 	require.Empty(t, r.IDs())

@@ -151,15 +151,10 @@ type flight struct {
 	// their shards, read no more until given up.
 	hung      map[int64]bool
 	abandoned map[int]bool
-	// ended are the ids whose publish ended with their outcome not yet
-	// written (snapshot cursors write a batch at once): like a hung one,
-	// such a message does not keep its abandoned shard from being given
-	// up, and is delivered again by the next owner.
-	ended map[int64]bool
 }
 
 func newFlight() flight {
-	return flight{ids: map[int64]store.ShardLease{}, aggs: map[int64]string{}, hung: map[int64]bool{}, abandoned: map[int]bool{}, ended: map[int64]bool{}}
+	return flight{ids: map[int64]store.ShardLease{}, aggs: map[int64]string{}, hung: map[int64]bool{}, abandoned: map[int]bool{}}
 }
 
 // add records a message read under l, of aggregate agg.
@@ -199,17 +194,8 @@ func (f *flight) settle(writes []store.RowWrite) {
 		if l, ok := f.ids[w.ID]; ok && l.Token == w.LeaseVersion {
 			delete(f.ids, w.ID)
 			delete(f.aggs, w.ID)
-			delete(f.ended, w.ID)
 		}
 		delete(f.hung, w.ID)
-	}
-}
-
-// published records that the publish of id ended, its outcome not yet
-// written (see ended).
-func (f *flight) published(id int64) {
-	if _, ok := f.ids[id]; ok {
-		f.ended[id] = true
 	}
 }
 
@@ -239,7 +225,6 @@ func (f *flight) giveUp() []int {
 			if r.Shard == shard {
 				delete(f.ids, id)
 				delete(f.aggs, id)
-				delete(f.ended, id)
 			}
 		}
 	}
@@ -249,7 +234,7 @@ func (f *flight) giveUp() []int {
 // onlyHung reports whether every message of shard in flight is hung.
 func (f *flight) onlyHung(shard int) bool {
 	for id, r := range f.ids {
-		if r.Shard == shard && !f.hung[id] && !f.ended[id] {
+		if r.Shard == shard && !f.hung[id] {
 			return false
 		}
 	}

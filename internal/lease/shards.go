@@ -46,12 +46,20 @@ type shardLeases struct {
 	// down follows a run of failed keeper turns; only the keeper's
 	// goroutine touches it.
 	down service.Outage
+	// hung and gaveUp, when set, are told under mu of the publishes found
+	// hung and of the shards given up behind them, for a mode that holds
+	// outcomes in memory (snapshot cursors' batches).
+	hung   func([]store.Lease)
+	gaveUp func([]store.ShardLease)
+	// isolates: a shard taken from an owner that died is delivered one
+	// message at a time at first (see acquire). Snapshot cursors do not.
+	isolates bool
 }
 
 func newShardLeases(st *store.Store, pool *pgxpool.Pool, cfg Config, cb Callbacks, log *slog.Logger, count int, leases *Registry) *shardLeases {
 	return &shardLeases{
 		store: st, pool: pool, cfg: cfg, cb: cb, log: log, count: count, leases: leases,
-		members: newMembership(), flight: newFlight(), cursors: cursors{}, waiting: waiting{},
+		members: newMembership(), flight: newFlight(), cursors: cursors{}, waiting: waiting{}, isolates: true,
 	}
 }
 
@@ -451,6 +459,9 @@ func (s *shardLeases) acquire(ctx context.Context, n int) (int, error) {
 			s.log.WarnContext(ctx, "took over a shard whose owner died delivering this message alone: the crash counts as an attempt",
 				slog.Int("shard", a.Shard), slog.Int64("outbox_id", *a.StrikeID), slog.Int("strikes", a.Strikes),
 				slog.Int("attempts", *a.Attempts))
+		}
+		if !s.isolates {
+			a.IsolateThrough = nil
 		}
 		if a.IsolateThrough != nil && a.Attempts == nil {
 			s.log.InfoContext(ctx, "took over a shard whose owner did not release it: delivering its first messages one at a time",
