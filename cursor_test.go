@@ -482,3 +482,72 @@ func TestCursorLeasesPurge(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, map[string]int64{"pending": 0, "processing": 0, "done": 3, "dead": 1}, st.Counts)
 }
+
+// The console reads a cursor table's messages with their status derived
+// from the cursors and the parked table (the status column stays as
+// inserted): the list, its status filters and counts, a message page, the
+// search and the breakdown.
+func TestCursorLeasesConsoleReads(t *testing.T) {
+	t.Parallel()
+	b := cursorBundle(t, 2)
+	a := b.enqueueN(t, 6, "a")
+	poison := a[2]
+	rec := newRecorder(func(_ context.Context, m *outbox.Message) error {
+		if m.ID == poison {
+			return outbox.Permanent(errors.New("receiver refused it"))
+		}
+		return nil
+	})
+	drain(t, b.dispatcher(t, rec.Sink(), cursorConfig(outbox.Config{})))
+	later := b.enqueueN(t, 2, "c") // past the cursors
+
+	statuses := func(f outbox.Filter) map[int64]string {
+		t.Helper()
+		got, _, err := b.admin.Messages(t.Context(), f, outbox.Page{Limit: 50})
+		require.NoError(t, err)
+		out := map[int64]string{}
+		for _, m := range got {
+			out[m.ID] = m.Status
+		}
+		return out
+	}
+	want := map[int64]string{}
+	for _, id := range a {
+		want[id] = "done"
+	}
+	want[poison] = "dead"
+	for _, id := range later {
+		want[id] = "pending"
+	}
+	require.Equal(t, want, statuses(outbox.Filter{}))
+	require.Equal(t, map[int64]string{poison: "dead"}, statuses(outbox.Filter{Status: []string{"dead"}}))
+	require.Equal(t, map[int64]string{later[0]: "pending", later[1]: "pending"}, statuses(outbox.Filter{Status: []string{"pending"}}))
+
+	n, err := b.admin.Count(t.Context(), outbox.Filter{Status: []string{"done"}}, true)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, n.N)
+
+	m, err := b.admin.Message(t.Context(), poison)
+	require.NoError(t, err)
+	require.Equal(t, "dead", m.Status)
+	require.Equal(t, 1, m.Attempts)
+	require.NotNil(t, m.LastError)
+	require.Contains(t, *m.LastError, "receiver refused it")
+
+	found, err := b.admin.Search(t.Context(), outbox.Filter{ErrorContains: "REFUSED"}, outbox.Page{Limit: 10}, 100)
+	require.NoError(t, err)
+	require.Len(t, found.Messages, 1)
+	require.Equal(t, poison, found.Messages[0].ID)
+
+	rows, err := b.admin.BreakdownByAggregateType(t.Context(), 10)
+	require.NoError(t, err)
+	require.Equal(t, []outbox.BreakdownRow{{Key: "order", Pending: 2, Dead: 1}}, rows)
+
+	// The bulk actions over a filter write the status column, which the
+	// cursors do not read: refused, not a count of rows that moved nothing.
+	_, err = b.admin.DeadRetryMatching(t.Context(), outbox.Filter{Status: []string{"dead"}}, outbox.BulkOpts{})
+	require.ErrorIs(t, err, outbox.ErrCursorTable)
+	_, err = b.admin.Replay(t.Context(), outbox.Filter{Status: []string{"done"}}, outbox.ReplayOpts{Name: "again"})
+	require.ErrorIs(t, err, outbox.ErrCursorTable)
+	require.Equal(t, map[int64]string{poison: "dead"}, statuses(outbox.Filter{Status: []string{"dead"}}))
+}

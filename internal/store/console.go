@@ -49,19 +49,35 @@ type consoleSQL struct {
 	auditInsert, auditFinish, auditList             string
 	breakdownEvent, breakdownAggregate, owners      string
 	maxID                                           string
+	// terms rewrites filter terms for the rows read (nil: as written).
+	terms *strings.Replacer
 }
 
-func loadConsole(load func(string) string) consoleSQL {
-	breakdown := load("sql/breakdown.sql")
+// where is a WHERE clause's text as c reads it.
+func (c *consoleSQL) where(text string) string {
+	if c.terms == nil {
+		return text
+	}
+	return c.terms.Replace(text)
+}
+
+// loadConsole loads the console's statements. Those that read rows read
+// them from rows: the table, or under snapshot cursors the derived
+// relation of sql/cursor_console_rows.sql. It goes in before the names do
+// (r): a name may contain "{{rows}}" itself.
+func loadConsole(r *strings.Replacer, rows string) consoleSQL {
+	load := func(name string) string { return r.Replace(rawSQL(name)) }
+	read := func(name string) string { return r.Replace(strings.ReplaceAll(rawSQL(name), "{{rows}}", rows)) }
+	breakdown := read("sql/breakdown.sql")
 	return consoleSQL{
-		messages:           load("sql/console_messages.sql"),
-		count:              load("sql/console_count.sql"),
-		countExact:         load("sql/console_count_exact.sql"),
-		search:             load("sql/console_search.sql"),
-		countWindow:        load("sql/console_count_window.sql"),
+		messages:           read("sql/console_messages.sql"),
+		count:              read("sql/console_count.sql"),
+		countExact:         read("sql/console_count_exact.sql"),
+		search:             read("sql/console_search.sql"),
+		countWindow:        read("sql/console_count_window.sql"),
 		indexedColumns:     load("sql/indexed_columns.sql"),
 		statementTimeout:   load("sql/statement_timeout.sql"),
-		message:            load("sql/console_message.sql"),
+		message:            read("sql/console_message.sql"),
 		checkPath:          load("sql/check_path.sql"),
 		deadRetry:          load("sql/dead_retry_batch.sql"),
 		deadSkip:           load("sql/dead_skip_batch.sql"),
@@ -85,9 +101,26 @@ func (s *Store) MaxID(ctx context.Context, db DB) (int64, time.Time, error) {
 	return id, at, translate(err)
 }
 
+// consoleFor is the console's statements for the table as it is: over the
+// derived relation of its rows under snapshot cursors, else the table.
+func (s *Store) consoleFor(ctx context.Context, db DB) (*consoleSQL, error) {
+	shape, err := s.shape(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	if shape.cursors {
+		return &s.cursorConsole, nil
+	}
+	return &s.console, nil
+}
+
 // MessagesSQL returns the statement Messages runs for f and p, with its
-// arguments.
+// arguments (on a table without snapshot cursors).
 func (s *Store) MessagesSQL(f Filter, p Page) (string, []any, error) {
+	return messagesSQL(&s.console, f, p)
+}
+
+func messagesSQL(c *consoleSQL, f Filter, p Page) (string, []any, error) {
 	w, err := buildWhere(f, 2)
 	if err != nil {
 		return "", nil, err
@@ -103,13 +136,17 @@ func (s *Store) MessagesSQL(f Filter, p Page) (string, []any, error) {
 			w.add("after", p.After)
 		}
 	}
-	q := strings.NewReplacer("{{where}}", w.String(), "{{order}}", order).Replace(s.console.messages)
+	q := strings.NewReplacer("{{where}}", c.where(w.String()), "{{order}}", order).Replace(c.messages)
 	return q, append([]any{p.Limit}, w.args...), nil
 }
 
 // Messages returns one page of rows matching f.
 func (s *Store) Messages(ctx context.Context, db DB, f Filter, p Page) ([]Summary, error) {
-	q, args, err := s.MessagesSQL(f, p)
+	c, err := s.consoleFor(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	q, args, err := messagesSQL(c, f, p)
 	if err != nil {
 		return nil, err
 	}
@@ -131,17 +168,21 @@ func summaryDest(m *Summary) []any {
 }
 
 // CountSQL returns the statement Count runs for f, with its arguments; cap
-// 0 means exact.
+// 0 means exact (on a table without snapshot cursors).
 func (s *Store) CountSQL(f Filter, limit int64) (string, []any, error) {
-	first, q := 2, s.console.count
+	return countSQL(&s.console, f, limit)
+}
+
+func countSQL(c *consoleSQL, f Filter, limit int64) (string, []any, error) {
+	first, q := 2, c.count
 	if limit == 0 {
-		first, q = 1, s.console.countExact
+		first, q = 1, c.countExact
 	}
 	w, err := buildWhere(f, first)
 	if err != nil {
 		return "", nil, err
 	}
-	q = strings.ReplaceAll(q, "{{where}}", w.String())
+	q = strings.ReplaceAll(q, "{{where}}", c.where(w.String()))
 	if limit == 0 {
 		return q, w.args, nil
 	}
@@ -150,7 +191,11 @@ func (s *Store) CountSQL(f Filter, limit int64) (string, []any, error) {
 
 // Count counts rows matching f, stopping at limit (0: count them all).
 func (s *Store) Count(ctx context.Context, db DB, f Filter, limit int64) (int64, error) {
-	q, args, err := s.CountSQL(f, limit)
+	c, err := s.consoleFor(ctx, db)
+	if err != nil {
+		return 0, err
+	}
+	q, args, err := countSQL(c, f, limit)
 	if err != nil {
 		return 0, err
 	}
@@ -165,7 +210,11 @@ func (s *Store) Message(ctx context.Context, db DB, id int64) (*Detail, error) {
 	var payload string
 	var headers, uid *string
 	dest := append(summaryDest(&d.Summary), &payload, &headers, &d.LeaseVersion, &uid)
-	err := db.QueryRow(ctx, s.console.message, id).Scan(dest...)
+	c, err := s.consoleFor(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	err = db.QueryRow(ctx, c.message, id).Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -191,4 +240,17 @@ func (s *Store) Message(ctx context.Context, db DB, id int64) (*Detail, error) {
 func (s *Store) CheckPath(ctx context.Context, db DB, path string) error {
 	var ok bool
 	return db.QueryRow(ctx, s.console.checkPath, path).Scan(&ok)
+}
+
+// cursorConsole is the console's statements for a table under snapshot
+// cursors: over the derived relation of its rows, the dead ones looked up
+// by id from the parked table (the derived status serves no index, and a
+// filter on it alone would walk the whole table).
+func cursorConsole(r *strings.Replacer) consoleSQL {
+	c := loadConsole(r, strings.TrimSpace(stripComments(rawSQL("sql/cursor_console_rows.sql"))))
+	c.terms = strings.NewReplacer(terms["status_dead"], r.Replace(terms["cursor_status_dead"]))
+	breakdown := rawSQL("sql/cursor_breakdown.sql")
+	c.breakdownEvent = r.Replace(strings.ReplaceAll(breakdown, "{{key}}", "event_type"))
+	c.breakdownAggregate = r.Replace(strings.ReplaceAll(breakdown, "{{key}}", "aggregate_type"))
+	return c
 }

@@ -60,8 +60,9 @@ func (b *testBundle) drainCursor(t *testing.T, owner string, l store.ShardLease)
 func TestCursorEnable(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	before := b.enqueue(t, msg{"a", "E"}, msg{"b", "E"})
+	before := b.enqueue(t, msg{"a", "E"}, msg{"b", "E"}, msg{"x", "E"})
 	b.exec(t, "UPDATE {{table}} SET status = 'done' WHERE id = $1", before[1])
+	b.exec(t, "UPDATE {{table}} SET status = 'dead', attempts = 4, last_error = 'refused' WHERE id = $1", before[2])
 	err := pgx.BeginFunc(t.Context(), b.pool, func(tx pgx.Tx) error { return b.st.EnableCursor(t.Context(), tx) })
 	require.ErrorContains(t, err, "has no shards")
 	b.enableCursor(t, 1)
@@ -78,6 +79,14 @@ func TestCursorEnable(t *testing.T) {
 	left, err := b.st.CursorUndelivered(t.Context(), b.pool, false)
 	require.NoError(t, err)
 	require.False(t, left)
+
+	// The dead row from before is a parked dead message, as the dead
+	// letters of a cursor table are, and is not delivered.
+	dead, err := b.st.DeadList(t.Context(), b.pool, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	require.Equal(t, before[2], dead[0].ID)
+	require.Equal(t, 4, dead[0].Attempts)
 }
 
 // A transaction that commits late, after windows that began while it was

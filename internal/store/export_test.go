@@ -48,3 +48,12 @@ func (s *Store) HeartbeatSQL() string { return s.heartbeat }
 func (s *Store) CursorSQL() (load, fetch, parked, advance string) {
 	return s.cursor.load, s.cursor.fetch, s.cursor.parked, s.cursor.advance
 }
+
+// CursorConsoleSQL returns the console's page, dead-filter page and
+// breakdown statements for a table under snapshot cursors.
+func (s *Store) CursorConsoleSQL() (page, dead, breakdown string) {
+	c := &s.cursorConsole
+	pageQ, _, _ := messagesSQL(c, Filter{}, Page{Limit: 50, Desc: true})
+	deadQ, _, _ := messagesSQL(c, Filter{Status: []string{"dead"}}, Page{Limit: 50, Desc: true})
+	return pageQ, deadQ, c.breakdownAggregate
+}

@@ -16,9 +16,13 @@ type Breakdown struct {
 // BreakdownBy groups the rows not done by "event_type" or
 // "aggregate_type", the limit largest groups first.
 func (s *Store) BreakdownBy(ctx context.Context, db DB, column string, limit int) ([]Breakdown, error) {
-	q := s.console.breakdownEvent
+	c, err := s.consoleFor(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	q := c.breakdownEvent
 	if column == "aggregate_type" {
-		q = s.console.breakdownAggregate
+		q = c.breakdownAggregate
 	}
 	rows, err := db.Query(ctx, q, limit)
 	if err != nil {

@@ -24,7 +24,15 @@ func TestCursorPlans(t *testing.T) {
 	b.exec(t, "ANALYZE {{table}}")
 	b.exec(t, "ANALYZE "+b.st.Table.String()+"_shards")
 	load, fetch, parked, _ := b.st.CursorSQL()
+	page, dead, breakdown := b.st.CursorConsoleSQL()
 	name := b.st.Table.Name
+	noSeqScan := func(t *testing.T, plan planNode) {
+		plan.walk(func(n *planNode) {
+			if n.RelationName == name {
+				require.NotEqual(t, "Seq Scan", n.NodeType)
+			}
+		})
+	}
 	for _, tc := range []struct {
 		name, sql, args string
 		check           func(t *testing.T, plan planNode)
@@ -56,6 +64,19 @@ func TestCursorPlans(t *testing.T) {
 				}
 			})
 		}},
+		// The console: a page walks the primary key, the dead ones are
+		// looked up by id, the breakdown reads the rows past the cursors
+		// through the cursor index; none reads the table whole.
+		{"ConsolePage", page, `50`, noSeqScan},
+		{"ConsoleDead", dead, `50`, func(t *testing.T, plan planNode) {
+			noSeqScan(t, plan)
+			plan.walk(func(n *planNode) {
+				if n.RelationName == name {
+					require.Equal(t, name+"_pkey", n.IndexName, "%s", n.NodeType)
+				}
+			})
+		}},
+		{"ConsoleBreakdown", breakdown, `10`, noSeqScan},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			text, plan := explain(t, b.pool, tc.sql, true, tc.args)

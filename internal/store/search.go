@@ -23,6 +23,10 @@ type Found struct {
 // of window rows, with its arguments; indexed are the columns that drive
 // the walk besides status and id (IndexedColumns).
 func (s *Store) SearchSQL(f Filter, p Page, window int64, indexed []string) (string, []any, error) {
+	return searchSQL(&s.console, f, p, window, indexed)
+}
+
+func searchSQL(c *consoleSQL, f Filter, p Page, window int64, indexed []string) (string, []any, error) {
 	w, err := buildSplit(f, 3, indexed)
 	if err != nil {
 		return "", nil, err
@@ -37,14 +41,18 @@ func (s *Store) SearchSQL(f Filter, p Page, window int64, indexed []string) (str
 	case p.After > 0:
 		w.add("after", p.After)
 	}
-	q := strings.NewReplacer("{{driving}}", w.String(), "{{residual}}", w.Rest(), "{{order}}", order).Replace(s.console.search)
+	q := strings.NewReplacer("{{driving}}", c.where(w.String()), "{{residual}}", c.where(w.Rest()), "{{order}}", order).Replace(c.search)
 	return q, append([]any{p.Limit, window}, w.args...), nil
 }
 
 // Search returns the rows matching f among at most window rows of the
 // driving set, from p's cursor, stopping once p.Limit rows matched.
 func (s *Store) Search(ctx context.Context, db DB, f Filter, p Page, window int64, indexed []string) (Found, error) {
-	q, args, err := s.SearchSQL(f, p, window, indexed)
+	c, err := s.consoleFor(ctx, db)
+	if err != nil {
+		return Found{}, err
+	}
+	q, args, err := searchSQL(c, f, p, window, indexed)
 	if err != nil {
 		return Found{}, err
 	}
@@ -72,18 +80,26 @@ func (s *Store) Search(ctx context.Context, db DB, f Filter, p Page, window int6
 
 // CountWindowSQL returns the statement CountWindow runs, with its arguments.
 func (s *Store) CountWindowSQL(f Filter, window int64, indexed []string) (string, []any, error) {
+	return countWindowSQL(&s.console, f, window, indexed)
+}
+
+func countWindowSQL(c *consoleSQL, f Filter, window int64, indexed []string) (string, []any, error) {
 	w, err := buildSplit(f, 2, indexed)
 	if err != nil {
 		return "", nil, err
 	}
-	q := strings.NewReplacer("{{driving}}", w.String(), "{{residual}}", w.Rest()).Replace(s.console.countWindow)
+	q := strings.NewReplacer("{{driving}}", c.where(w.String()), "{{residual}}", c.where(w.Rest())).Replace(c.countWindow)
 	return q, append([]any{window}, w.args...), nil
 }
 
 // CountWindow counts the rows matching f among the newest window rows of
 // the driving set; read is how many rows that window held.
 func (s *Store) CountWindow(ctx context.Context, db DB, f Filter, window int64, indexed []string) (n, read int64, err error) {
-	q, args, err := s.CountWindowSQL(f, window, indexed)
+	c, err := s.consoleFor(ctx, db)
+	if err != nil {
+		return 0, 0, err
+	}
+	q, args, err := countWindowSQL(c, f, window, indexed)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -45,8 +45,10 @@ type Store struct {
 	types, heartbeat                                                   string
 	gauges, access, dropWake                                           string
 	console                                                            consoleSQL
-	shards                                                             shardSQL
-	cursor                                                             cursorSQL
+	// cursorConsole is console for a table under snapshot cursors.
+	cursorConsole consoleSQL
+	shards        shardSQL
+	cursor        cursorSQL
 }
 
 // New prepares the statements for the named table ("name" or "schema.name").
@@ -97,7 +99,8 @@ func newStore(t Table) *Store {
 		gauges:           load("sql/gauges.sql"),
 		access:           load("sql/access.sql"),
 		dropWake:         load("sql/drop_wake_trigger.sql"),
-		console:          loadConsole(load),
+		console:          loadConsole(r, "{{table}}"),
+		cursorConsole:    cursorConsole(r),
 		shards:           loadShards(load),
 		cursor:           loadCursor(load),
 	}

@@ -6,7 +6,7 @@ SELECT {{key}},
        count(*) FILTER (WHERE status = 'pending'),
        count(*) FILTER (WHERE status = 'processing'),
        count(*) FILTER (WHERE status = 'dead')
-FROM {{table}}
+FROM {{rows}}
 WHERE status <> 'done'
 GROUP BY {{key}}
 ORDER BY count(*) DESC, {{key}}

@@ -3,7 +3,7 @@
 -- count reads at most $1 matches: the primary key backwards, or the
 -- partial index of the status asked for.
 SELECT count(*) FROM (
-    SELECT 1 FROM {{table}}
+    SELECT 1 FROM {{rows}}
     WHERE {{where}}
     ORDER BY id DESC
     LIMIT $1

@@ -7,7 +7,7 @@
 SELECT count(*) FILTER (WHERE ({{residual}}) IS TRUE), count(*)
 FROM (
     SELECT id, aggregate_type, aggregate_id, event_type, created_at, last_error, payload, headers
-    FROM {{table}}
+    FROM {{rows}}
     WHERE {{driving}}
     ORDER BY id DESC
     LIMIT $1

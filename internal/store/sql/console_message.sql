@@ -2,5 +2,5 @@
 SELECT id, aggregate_type, aggregate_id, event_type, status, attempts,
        created_at, available_at, done_at, lease_until, lease_owner, last_error,
        payload::text, headers::text, lease_version, uid::text
-FROM {{table}}
+FROM {{rows}}
 WHERE id = $1

@@ -8,7 +8,7 @@
 -- indexes (few rows) then a top-N sort; an id range, a primary-key range.
 SELECT id, aggregate_type, aggregate_id, event_type, status, attempts,
        created_at, available_at, done_at, lease_until, lease_owner, last_error
-FROM {{table}}
+FROM {{rows}}
 WHERE {{where}}
 ORDER BY id {{order}}
 LIMIT $1

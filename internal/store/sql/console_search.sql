@@ -27,7 +27,7 @@ FROM (
         SELECT id, aggregate_type, aggregate_id, event_type, status, attempts,
                created_at, available_at, done_at, lease_until, lease_owner, last_error,
                payload, headers
-        FROM {{table}}
+        FROM {{rows}}
         WHERE {{driving}}
         ORDER BY id {{order}}
         LIMIT $2

@@ -38,3 +38,15 @@ CREATE TABLE IF NOT EXISTS {{parked}} (
 );
 CREATE INDEX IF NOT EXISTS {{parked_shard_index}} ON {{parked}} (shard, id);
 CREATE INDEX IF NOT EXISTS {{parked_aggregate_index}} ON {{parked}} (aggregate_id, id);
+-- The dead rows from before move to the parked table, where the dead
+-- messages of a cursor table are listed, retried and skipped; their status
+-- column reads done, what they are once retried and delivered, or skipped
+-- (the shard trigger gives them their shard on the way).
+WITH moved AS (
+    UPDATE {{table}} SET status = 'done'
+    WHERE status = 'dead' AND xid IS NULL
+    RETURNING id, shard, aggregate_id, attempts, available_at, last_error
+)
+INSERT INTO {{parked}} (id, shard, aggregate_id, status, attempts, available_at, last_error)
+SELECT id, shard, aggregate_id, 'dead', attempts, available_at, last_error FROM moved
+ON CONFLICT (id) DO NOTHING;

@@ -15,6 +15,10 @@ status = 'processing'
 status = 'done'
 -- term: status_dead
 status = 'dead'
+-- term: cursor_status_dead
+-- status_dead under snapshot cursors: the dead messages are the parked
+-- ones, looked up by id (the derived status serves no index).
+id = ANY (ARRAY(SELECT id FROM {{parked}} WHERE status = 'dead'))
 -- term: event_type
 event_type = $?
 -- term: aggregate_type
