@@ -26,8 +26,9 @@ var ErrTableMissing = store.ErrTableMissing
 var ErrTableOutdated = store.ErrTableOutdated
 
 // ErrCursorTable reports an operation not available yet on a table under
-// snapshot cursors: the bulk dead-letter actions over a filter and replay
-// (the dead-letter commands by id work: Admin.DeadRetry, Admin.DeadSkip).
+// snapshot cursors: the bulk actions (DeadRetryMatching, DeadSkipMatching,
+// Replay), which write the status column; Admin.DeadRetry and DeadSkip
+// work.
 var ErrCursorTable = errors.New("outbox: not available on a table under snapshot cursors yet")
 
 // RetryableError is a transient failure: the message goes back to pending
