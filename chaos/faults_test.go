@@ -15,28 +15,32 @@ import (
 // Fault kinds. Each is drawn from the run's seed: which, when, on which
 // slot and for how long.
 const (
-	faultSigkill         = "sigkill"
-	faultSigstop         = "sigstop"
-	faultSigterm         = "sigterm"
-	faultDBCut           = "db_cut"
-	faultDBBlackHole     = "db_blackhole"
-	faultDBReset         = "db_reset"
-	faultSinkCut         = "sink_cut"
-	faultSinkBlackHole   = "sink_blackhole"
-	faultSinkReset       = "sink_reset"
-	faultTerminate       = "terminate_backend"
-	faultPGRestart       = "pg_restart"
-	faultFailover        = "failover"
-	faultSink5xx         = "sink_5xx"
-	faultSink429         = "sink_429"
-	faultSink425         = "sink_425"
-	faultSinkHang        = "sink_hang"
-	faultSinkDrop        = "sink_drop"
-	faultIdleTx          = "idle_in_tx"
-	faultSinkBadText     = "sink_badtext"
-	faultSinkAuth        = "sink_auth"
-	faultSinkReject      = "sink_reject"
-	faultMigrate         = "migrate"
+	faultSigkill       = "sigkill"
+	faultSigstop       = "sigstop"
+	faultSigterm       = "sigterm"
+	faultDBCut         = "db_cut"
+	faultDBBlackHole   = "db_blackhole"
+	faultDBReset       = "db_reset"
+	faultSinkCut       = "sink_cut"
+	faultSinkBlackHole = "sink_blackhole"
+	faultSinkReset     = "sink_reset"
+	faultTerminate     = "terminate_backend"
+	faultPGRestart     = "pg_restart"
+	faultFailover      = "failover"
+	faultSink5xx       = "sink_5xx"
+	faultSink429       = "sink_429"
+	faultSink425       = "sink_425"
+	faultSinkHang      = "sink_hang"
+	faultSinkDrop      = "sink_drop"
+	faultIdleTx        = "idle_in_tx"
+	faultSinkBadText   = "sink_badtext"
+	faultSinkAuth      = "sink_auth"
+	faultSinkReject    = "sink_reject"
+	faultMigrate       = "migrate"
+	// faultHeldProducer: a producer transaction inserts, then stays open
+	// across many batches before it commits: rows with low ids that
+	// become visible late (what snapshot cursors must never skip).
+	faultHeldProducer    = "held_producer"
 	faultFailpointArming = "failpoint" // not scheduled: armed on incarnations
 )
 
@@ -53,7 +57,7 @@ var weightedFaults = []weightedFault{
 	{faultSinkCut, 1}, {faultSinkBlackHole, 1},
 	{faultTerminate, 2}, {faultPGRestart, 1},
 	{faultSink5xx, 2}, {faultSink429, 2}, {faultSink425, 2}, {faultSinkHang, 2}, {faultSinkDrop, 2},
-	{faultIdleTx, 1},
+	{faultIdleTx, 1}, {faultHeldProducer, 1},
 }
 
 // planned is one fault drawn by the scheduler, with every parameter fixed
@@ -113,6 +117,8 @@ func planFrom(menu []weightedFault, rng *rand.Rand, phase time.Duration, nSlots 
 			p.dur = time.Duration(800+rng.IntN(2500)) * time.Millisecond
 		case faultIdleTx:
 			p.dur = idleTx
+		case faultHeldProducer:
+			p.dur = time.Duration(2000+rng.IntN(4000)) * time.Millisecond
 		case faultTerminate, faultMigrate:
 			p.allSlots = rng.IntN(2) == 0
 		case faultSinkBadText, faultSinkReject:
@@ -290,6 +296,24 @@ func (r *run) inject(ctx context.Context, f planned) {
 		}
 	case faultMigrate:
 		r.migrateAgain(ctx, f, s)
+	case faultHeldProducer:
+		if !r.heldBusy.CompareAndSwap(false, true) {
+			return
+		}
+		g := r.groups[f.slot%len(r.groups)]
+		r.faultWG.Add(1)
+		go func() {
+			defer r.faultWG.Done()
+			defer r.heldBusy.Store(false)
+			i := r.ev.add(event{Kind: faultHeldProducer, Start: time.Now(),
+				Detail: fmt.Sprintf("%s: a producer transaction held open %s before its commit", g.name, f.dur)})
+			defer func() { r.ev.end(i, time.Now()) }()
+			g.held.hold = f.dur
+			hctx, cancel := context.WithTimeout(ctx, f.dur+10*time.Second)
+			defer cancel()
+			agg := g.held.aggs[g.held.rng.IntN(len(g.held.aggs))]
+			_ = g.held.write(hctx, agg, 1+g.held.rng.IntN(3), false) // its ledger records the outcome
+		}()
 	case faultIdleTx:
 		if !r.idleTxBusy.CompareAndSwap(false, true) {
 			return

@@ -271,6 +271,8 @@ type group struct {
 	// shardAcqs are the shard leases taken, in audit order (shard and
 	// cursor modes), read before the check.
 	shardAcqs []shardAcq
+	// held writes the held_producer fault's transactions, one at a time.
+	held *producer
 	// status is where a row's status is read: the table, or under
 	// snapshot cursors a view that derives it from the cursors and the
 	// parked messages (the status column is not written there).
@@ -301,6 +303,7 @@ type run struct {
 
 	faultWG     sync.WaitGroup
 	idleTxBusy  atomic.Bool
+	heldBusy    atomic.Bool
 	pgRestartMu sync.Mutex
 	idleCancel  atomic.Pointer[context.CancelFunc]
 	authBusy    atomic.Bool
@@ -389,6 +392,9 @@ func newRun(t *testing.T, e *env, cfg runConfig, seed uint64) *run {
 		for i := range aggs {
 			aggs[i] = fmt.Sprintf("%s-agg-%d", gc.name, i)
 		}
+		g.held = &producer{idx: heldProducer, pool: e.admin, table: g.table, ordered: gc.ordered,
+			aggs: aggs, led: g.led, label: "a transaction held open",
+			rng: rand.New(rand.NewPCG(seed, uint64(1000*gi+heldProducer)))}
 		for i := range gc.producers {
 			g.producers = append(g.producers, &producer{idx: i, pool: e.admin, table: g.table, ordered: gc.ordered,
 				aggs: aggs, rollbackP: gc.rollbackP, led: g.led, label: "the harness's pool, default search_path",

@@ -82,7 +82,14 @@ type producer struct {
 	led       *ledger
 	n         int64
 	label     string // how it connects, for the report ("search_path=public")
+	// hold keeps each transaction open this long after its inserts,
+	// before it commits (the held_producer fault).
+	hold time.Duration
 }
+
+// heldProducer is the producer index of the held_producer fault's
+// transactions (the payload names its producer).
+const heldProducer = 900
 
 // refusedByDatabase tells a statement PostgreSQL refused (a missing
 // relation, a failing trigger) from the faults producers are expected to
@@ -149,6 +156,9 @@ func (p *producer) write(ctx context.Context, agg string, k int, mayRollback boo
 	ids, err := outbox.Producer{Table: p.table}.Enqueue(ctx, tx, msgs...)
 	if err != nil {
 		return err
+	}
+	if p.hold > 0 {
+		sleepCtx(ctx, p.hold)
 	}
 	if mayRollback && p.rng.Float64() < p.rollbackP {
 		err := tx.Rollback(ctx)

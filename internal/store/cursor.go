@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -100,13 +101,22 @@ func (s *Store) LoadWindows(ctx context.Context, db DB, owner string, loads []Wi
 	var out []Window
 	for rows.Next() {
 		var w Window
-		if err := rows.Scan(&w.Shard, &w.Done, &w.Hi, &w.After, &w.Resumed, &w.IDs); err != nil {
+		var standby bool
+		if err := rows.Scan(&w.Shard, &w.Done, &w.Hi, &w.After, &w.Resumed, &w.IDs, &standby); err != nil {
 			return nil, translate(err)
+		}
+		if standby {
+			return nil, ErrInRecovery
 		}
 		out = append(out, w)
 	}
 	return out, translate(rows.Err())
 }
+
+// ErrInRecovery reports a snapshot-cursor read answered by a server in
+// recovery (a standby): its snapshots do not list the transactions in
+// progress on the primary, so its windows could skip their rows.
+var ErrInRecovery = errors.New("snapshot cursors read the primary, and this server is in recovery (a standby)")
 
 // FetchRows returns the rows of ids, in that order (an id no longer in
 // the table is left out). Ordered, each row's Blocked says whether an

@@ -25,8 +25,12 @@
 -- snapshots are built once per shard, not once per index entry.
 --
 -- Every shard read returns one row: its done and hi, its position,
--- whether the window was open before, and its ids in id order (an array:
--- the snapshots are sent once per shard, not once per id).
+-- whether the window was open before, its ids in id order (an array: the
+-- snapshots are sent once per shard, not once per id), and whether the
+-- server is in recovery: a hot standby's snapshot lists no transaction in
+-- progress, so a window read there would count a transaction running on
+-- the primary as delivered and skip its rows once it commits (a failover's
+-- standby answers before it is promoted). The caller refuses such a read.
 -- $1 owner, $2 shards, $3 tokens, $4 dones (NULL: the stored one), $5 his
 -- (NULL: a new window, or the stored one), $6 positions (the last id
 -- delivered in the window named), $7 ids per shard.
@@ -43,7 +47,7 @@ WITH s AS MATERIALIZED (
     FROM unnest($2::integer[], $3::bigint[], $4::text[], $5::text[], $6::bigint[]) AS f(shard, token, done, hi, after)
     JOIN {{shards}} AS h ON h.shard = f.shard AND h.token = f.token AND h.owner = $1 AND h.lease_until > now()
 )
-SELECT s.shard, s.done::text, s.hi::text, s.after, s.resumed, c.ids
+SELECT s.shard, s.done::text, s.hi::text, s.after, s.resumed, c.ids, pg_is_in_recovery()
 FROM s
 CROSS JOIN LATERAL (
     SELECT coalesce(array_agg(v.id ORDER BY v.id), '{}') AS ids FROM (
