@@ -119,10 +119,11 @@ func (c *cursorLeases) parkHung(hung []store.Lease) {
 }
 
 // dropWindows gives up the windows of shards given up behind a hung
-// publish (called under mu). The batches of such a shard wait behind the
-// hung one's, which never completes: their outcomes are decided unwritten
-// now (the shard's next owner delivers them again), not at the next claim,
-// which may never come while they hold the dispatcher's slots.
+// publish (called under mu). The hung message's batch and those behind it
+// are written before (see parkHung); whatever of the shard is still
+// unwritten is decided unwritten now (its next owner delivers it again),
+// not at the next claim, which may never come while it holds the
+// dispatcher's slots.
 func (c *cursorLeases) dropWindows(shards []store.ShardLease) {
 	for _, l := range shards {
 		if w := c.windows[l.Shard]; w != nil && w.token == l.Token {
@@ -375,9 +376,9 @@ func (c *cursorLeases) readWindows(ctx context.Context, room int) ([]store.Row, 
 const fetchSplit = 128
 
 // fetch reads the rows of ids by primary key, in that order. A large read
-// is split in two statements sent at once on two connections: the server
-// probes one half while the relay decodes the other, so the read, the
-// claim loop's critical path, takes about half as long.
+// is split in two statements sent at once on two connections, so that the
+// server probes one half while the relay decodes the other: the read is
+// the claim loop's critical path.
 func (c *cursorLeases) fetch(ctx context.Context, ids []int64) ([]store.Row, time.Time, error) {
 	if len(ids) < 2*fetchSplit {
 		return c.store.FetchRows(ctx, c.pool, ids, c.cfg.Ordered)
