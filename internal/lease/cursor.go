@@ -77,7 +77,7 @@ func newCursorLeases(st *store.Store, pool *pgxpool.Pool, cfg Config, cb Callbac
 		kick:        make(chan struct{}, 1),
 		windows:     map[int]*window{}, batchOf: map[int64]*batch{}, lastOf: map[string]int64{},
 	}
-	c.hung, c.gaveUp, c.isolates = c.parkHung, c.dropWindows, false
+	c.hung, c.isolates = c.parkHung, false
 	return c
 }
 
@@ -102,14 +102,7 @@ func (c *cursorLeases) parkHung(hung []store.Lease) {
 		if e := b.rows[l.ID]; e != nil && e.failed+1 >= c.cfg.MaxAttempts {
 			w.Status, w.Delay, w.Error = store.StatusDead, 0, "retries exhausted: "+hungError
 		}
-		if !b.settle(l.ID, w) {
-			continue
-		}
-		b.writes = append(b.writes, w)
-		if b.complete() {
-			if b.hi == "" {
-				c.undecided = append(c.undecided, b)
-			}
+		if ok, _ := c.record(b, w); ok && b.complete() {
 			kicked = true
 		}
 	}
@@ -118,19 +111,23 @@ func (c *cursorLeases) parkHung(hung []store.Lease) {
 	}
 }
 
-// dropWindows gives up the windows of shards given up behind a hung
-// publish (called under mu). The hung message's batch and those behind it
-// are written before (see parkHung); whatever of the shard is still
-// unwritten is decided unwritten now (its next owner delivers it again),
-// not at the next claim, which may never come while it holds the
-// dispatcher's slots.
-func (c *cursorLeases) dropWindows(shards []store.ShardLease) {
-	for _, l := range shards {
-		if w := c.windows[l.Shard]; w != nil && w.token == l.Token {
-			c.kill(w.batches)
-			delete(c.windows, l.Shard)
-		}
+// record notes the outcome w of one of b's messages (under mu). A batch
+// given up decides its writes at once, unheld; a batch of parked messages
+// is queued to be written once complete; a window batch is written when
+// ready takes it, in read order. It reports false when w was recorded
+// before (a write tried again).
+func (c *cursorLeases) record(b *batch, w store.RowWrite) (bool, []Decision) {
+	if !b.settle(w.ID, w) {
+		return false, nil
 	}
+	b.writes = append(b.writes, w)
+	switch {
+	case b.dead:
+		return true, c.decideAll(b, false)
+	case b.hi == "" && b.complete():
+		c.undecided = append(c.undecided, b)
+	}
+	return true, nil
 }
 
 // Claim reads the parked messages that are due (at most once per poll
@@ -472,16 +469,8 @@ func (c *cursorLeases) Decide(ctx context.Context, writes []store.RowWrite) ([]D
 			out = append(out, Decision{ID: w.ID, Token: w.LeaseVersion})
 			continue
 		}
-		if !b.settle(w.ID, w) {
-			continue // recorded by an earlier try
-		}
-		b.writes = append(b.writes, w)
-		switch {
-		case b.dead:
-			out = append(out, c.decideAll(b, false)...)
-		case b.hi == "" && b.complete():
-			c.undecided = append(c.undecided, b)
-		}
+		_, decided := c.record(b, w)
+		out = append(out, decided...)
 	}
 	for _, shard := range sortedKeys(c.windows) {
 		c.undecided = append(c.undecided, c.windows[shard].ready()...)

@@ -66,7 +66,7 @@ func (s *shardLeases) keep(ctx context.Context, balance bool) {
 	}
 	kept, lost := leases.Renew(start.Add(s.cfg.trusted()), s.holds)
 	for _, l := range lost {
-		if leases.Publishing(l) && leases.Cancel(l, ErrLost) {
+		if leases.Cancel(l, ErrLost) {
 			s.log.Warn("shard lease lost during publish; cancelling it",
 				slog.Int64("outbox_id", l.ID), slog.Int64("lease_version", l.Version))
 		}
@@ -105,9 +105,6 @@ func (s *shardLeases) abandonHung(ctx context.Context) {
 		s.hung(newly)
 	}
 	release := giveUpHung(&s.members, &s.flight)
-	if s.gaveUp != nil && len(release) > 0 {
-		s.gaveUp(release)
-	}
 	s.mu.Unlock()
 	if len(release) > 0 {
 		if _, err := s.store.ReleaseShards(ctx, s.pool, s.cfg.Owner, release); err != nil {

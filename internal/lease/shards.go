@@ -46,11 +46,9 @@ type shardLeases struct {
 	// down follows a run of failed keeper turns; only the keeper's
 	// goroutine touches it.
 	down service.Outage
-	// hung and gaveUp, when set, are told under mu of the publishes found
-	// hung and of the shards given up behind them, for a mode that holds
-	// outcomes in memory (snapshot cursors' batches).
-	hung   func([]store.Lease)
-	gaveUp func([]store.ShardLease)
+	// hung, when set, is told under mu of the publishes found hung, for a
+	// mode that holds outcomes in memory (snapshot cursors' batches).
+	hung func([]store.Lease)
 	// isolates: a shard taken from an owner that died is delivered one
 	// message at a time at first (see acquire). Snapshot cursors do not.
 	isolates bool

@@ -249,7 +249,7 @@ func (s *Store) CheckPath(ctx context.Context, db DB, path string) error {
 func cursorConsole(r *strings.Replacer) consoleSQL {
 	c := loadConsole(r, strings.TrimSpace(stripComments(rawSQL("sql/cursor_console_rows.sql"))))
 	c.terms = strings.NewReplacer(terms["status_dead"], r.Replace(terms["cursor_status_dead"]))
-	breakdown := rawSQL("sql/cursor_breakdown.sql")
+	breakdown := withFragments(rawSQL("sql/cursor_breakdown.sql"))
 	c.breakdownEvent = r.Replace(strings.ReplaceAll(breakdown, "{{key}}", "event_type"))
 	c.breakdownAggregate = r.Replace(strings.ReplaceAll(breakdown, "{{key}}", "aggregate_type"))
 	return c

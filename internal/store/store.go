@@ -69,7 +69,7 @@ func (s *Store) Qualified(schema string) *Store {
 
 func newStore(t Table) *Store {
 	r := t.replacer()
-	load := func(name string) string { return r.Replace(rawSQL(name)) }
+	load := func(name string) string { return r.Replace(withFragments(rawSQL(name))) }
 	// Templates are assembled before the names go in: a name may contain
 	// "{{reap}}" itself.
 	reap := strings.TrimSuffix(strings.TrimSpace(stripComments(rawSQL("sql/reap.sql"))), ",") + ","
@@ -114,6 +114,14 @@ func rawSQL(name string) string {
 	}
 	return string(b)
 }
+
+// cursorPast is sql/cursor_past.sql, the rows past their shard's cursor
+// as two CTEs, for the statements that read them ({{cursor_past}}).
+var cursorPast = strings.TrimSpace(stripComments(rawSQL("sql/cursor_past.sql")))
+
+// withFragments puts the shared fragments into a statement, before the
+// names go in (a name may contain a placeholder itself).
+func withFragments(sql string) string { return strings.ReplaceAll(sql, "{{cursor_past}}", cursorPast) }
 
 // stripComments drops whole-line SQL comments from a fragment spliced into
 // another statement.

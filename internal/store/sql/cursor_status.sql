@@ -8,24 +8,7 @@
 -- none), the attempts histogram of pending messages (failed deliveries
 -- so far + 1, as a claim would count them), the planner's row count of
 -- the table, and its rows counted up to 10,001.
-WITH s AS MATERIALIZED (
-    SELECT h.shard, h.done, h.win, h.win_last, pg_current_snapshot() AS now FROM {{shards}} AS h
-),
-past AS (
-    SELECT o.created_at
-    FROM s
-    JOIN LATERAL (
-        SELECT o.id, o.xid, o.created_at FROM {{table}} AS o
-        WHERE o.shard = s.shard AND o.xid >= pg_snapshot_xmax(s.done) AND o.xid < pg_snapshot_xmax(s.now)
-          AND pg_visible_in_snapshot(o.xid, s.now)
-        UNION ALL
-        SELECT o.id, o.xid, o.created_at
-        FROM pg_snapshot_xip(s.done) AS x(xid)
-        JOIN LATERAL (SELECT o.id, o.xid, o.created_at FROM {{table}} AS o
-                      WHERE o.shard = s.shard AND o.xid = x.xid OFFSET 0) AS o ON true
-        WHERE pg_visible_in_snapshot(x.xid, s.now)
-    ) AS o ON s.win IS NULL OR NOT pg_visible_in_snapshot(o.xid, s.win) OR o.id > s.win_last
-),
+WITH {{cursor_past}},
 waiting AS (
     SELECT p.attempts, o.created_at
     FROM {{parked}} AS p JOIN {{table}} AS o ON o.id = p.id
