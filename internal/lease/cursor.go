@@ -59,8 +59,13 @@ type cursorLeases struct {
 	batchOf map[int64]*batch
 	// parkedAt is when the parked messages are next read.
 	parkedAt time.Time
-	// lastOf is, ordered, each aggregate's last message handed out.
-	lastOf map[string]int64
+	// lastOf is, ordered, each aggregate's last message handed out, and
+	// the read it was handed out in; reads counts the reads begun.
+	lastOf map[string]last
+	reads  uint64
+	// undelivered are, ordered, the aggregates of messages settled not
+	// delivered while a read ran, in the order they were (see chain).
+	undelivered []settledAt
 	// turn rotates the shard a read starts filling its room from.
 	turn int
 	// undecided are the batches complete and not yet written, in the
@@ -75,7 +80,7 @@ func newCursorLeases(st *store.Store, pool *pgxpool.Pool, cfg Config, cb Callbac
 		shardLeases: newShardLeases(st, pool, cfg, cb, log, count, leases),
 		cacheSize:   max(4*cfg.Window, 1024),
 		kick:        make(chan struct{}, 1),
-		windows:     map[int]*window{}, batchOf: map[int64]*batch{}, lastOf: map[string]int64{},
+		windows:     map[int]*window{}, batchOf: map[int64]*batch{}, lastOf: map[string]last{},
 	}
 	c.hung, c.isolates = c.parkHung, false
 	return c
@@ -144,6 +149,7 @@ func (c *cursorLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]
 	}
 	now := c.cfg.Clock.Now()
 	c.mu.Lock()
+	began := c.begin()
 	tokens := c.sync()
 	var parkedFrom []store.ShardLease
 	var exclude []int64
@@ -185,10 +191,14 @@ func (c *cursorLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.chain(rows)
-	// Rows of shards lost since they were read are not handed out.
-	kept := c.leaseLocked(rows, tokens, c.unleased)
-	return kept, dbNow, nil
+	return c.handOut(rows, tokens, began), dbNow, nil
+}
+
+// handOut chains the rows of the read that began as read began (see
+// chain), and returns those of shards still held under the token they
+// were read with (called under mu).
+func (c *cursorLeases) handOut(rows []store.Row, tokens map[int]int64, began uint64) []store.Row {
+	return c.leaseLocked(c.chain(rows, began), tokens, c.unleased)
 }
 
 // unleased forgets a message read and not handed out, its shard no longer
@@ -429,21 +439,74 @@ func (c *cursorLeases) kickCompleter() {
 // Kick fires when batches became complete outside a Decide call.
 func (c *cursorLeases) Kick() <-chan struct{} { return c.kick }
 
-// chain sets, ordered, each row's Prev: the message of its aggregate
-// handed out before it and still in flight.
-func (c *cursorLeases) chain(rows []store.Row) {
-	if !c.cfg.Ordered {
-		return
+// last is an aggregate's last message handed out, and the read it was
+// handed out in.
+type last struct {
+	id   int64
+	read uint64
+}
+
+// settledAt is the aggregate of a message settled not delivered, and the
+// number of the read running then.
+type settledAt struct {
+	agg  string
+	read uint64
+}
+
+// begin counts a read begun and returns its number (called under mu).
+// Every read from this one on saw the outcomes settled before it began.
+func (c *cursorLeases) begin() uint64 {
+	c.reads++
+	n := 0
+	for n < len(c.undelivered) && c.undelivered[n].read < c.reads {
+		n++
 	}
+	c.undelivered = slices.Delete(c.undelivered, 0, n)
+	return c.reads
+}
+
+// chain sets, ordered, each row's Prev: the message of its aggregate
+// handed out before it, still in flight or read earlier in the same read
+// (chains take a row only behind its Prev). It holds back the rows of an
+// aggregate one of whose messages was settled not delivered since the
+// read began: the read's statements may have run before that message's
+// parked row was written, so it did not hold them back there, and its
+// chain, settled too, no longer does. It returns the rows not held back.
+func (c *cursorLeases) chain(rows []store.Row, began uint64) []store.Row {
+	if !c.cfg.Ordered {
+		return rows
+	}
+	var blocked map[string]bool
+	for _, u := range c.undelivered {
+		if blocked == nil {
+			blocked = map[string]bool{}
+		}
+		blocked[u.agg] = true
+	}
+	kept := rows[:0]
+	kicked := false
 	for i := range rows {
 		r := &rows[i]
-		if prev, ok := c.lastOf[r.AggregateID]; ok {
-			if _, inFlight := c.flight.of(prev); inFlight {
-				r.Prev = prev
+		if blocked[r.AggregateID] {
+			if b := c.batchOf[r.ID]; b != nil {
+				b.settle(r.ID, store.RowWrite{ID: r.ID})
+				delete(c.batchOf, r.ID)
+				kicked = b.complete() || kicked
+			}
+			continue
+		}
+		if l, ok := c.lastOf[r.AggregateID]; ok {
+			if _, inFlight := c.flight.of(l.id); inFlight || l.read == began {
+				r.Prev = l.id
 			}
 		}
-		c.lastOf[r.AggregateID] = r.ID
+		c.lastOf[r.AggregateID] = last{id: r.ID, read: began}
+		kept = append(kept, *r)
 	}
+	if kicked {
+		c.kickCompleter()
+	}
+	return kept
 }
 
 // errBatched reports a call of Finalize on a batched mode, whose writes
@@ -588,8 +651,15 @@ func (c *cursorLeases) Settled(writes []store.RowWrite) {
 			delete(c.batchOf, w.ID)
 			kicked = kicked || b.complete()
 		}
-		if c.lastOf[c.flight.aggs[w.ID]] == w.ID {
-			delete(c.lastOf, c.flight.aggs[w.ID])
+		agg, inFlight := c.flight.aggs[w.ID]
+		if !inFlight {
+			continue
+		}
+		if c.cfg.Ordered && w.Status != "" && w.Status != store.StatusDone {
+			c.undelivered = append(c.undelivered, settledAt{agg: agg, read: c.reads})
+		}
+		if c.lastOf[agg].id == w.ID {
+			delete(c.lastOf, agg)
 		}
 	}
 	c.flight.settle(writes)

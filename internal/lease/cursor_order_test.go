@@ -1,0 +1,88 @@
+package lease
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outbox/internal/store"
+	"github.com/outboxd/outbox/internal/testdb"
+)
+
+// Ordered, a message whose delivery failed while a read of its
+// aggregate's next message was under way holds that message back: the
+// read's statement ran before the failed one's parked row was written, so
+// only the dispatcher's memory knows of it. Handed out, the next message
+// went to the sink before the retry of the one before it.
+func TestCursorFailureDuringAReadHoldsTheAggregateBack(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := testdb.Pool(t)
+	schema := testdb.NewSchema(t)
+	st, err := store.New(schema + ".outbox")
+	require.NoError(t, err)
+	require.NoError(t, st.Migrate(ctx, pool))
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return st.EnableShards(ctx, tx, 1) }))
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return st.EnableCursor(ctx, tx) }))
+	_, err = pool.Exec(ctx, `INSERT INTO `+st.QuotedTable()+` (aggregate_type, aggregate_id, event_type, payload)
+		SELECT 'order', 'A', 'E' || g, '{}' FROM generate_series(1, 3) AS g`)
+	require.NoError(t, err)
+
+	c := newCursorLeases(st, pool, Config{Kind: Cursors, Owner: "me", Lease: time.Minute, MaxAttempts: 5, Ordered: true,
+		PublishTimeout: time.Second, PollInterval: time.Hour, Window: 20}, Callbacks{},
+		slog.New(slog.NewTextHandler(io.Discard, nil)), 1, NewRegistry(nil))
+	n, err := c.acquire(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+
+	first, _, err := c.Claim(ctx, 1, false)
+	require.NoError(t, err)
+	require.Len(t, first, 1)
+	head := first[0]
+
+	// The next read's statement runs while the head is in flight...
+	c.mu.Lock()
+	began := c.begin()
+	tokens := c.sync()
+	c.mu.Unlock()
+	next, _, err := c.readWindows(ctx, 2)
+	require.NoError(t, err)
+	require.Len(t, next, 2)
+	require.False(t, next[0].Blocked, "the head's failure is not written yet")
+
+	// ... the head fails, and its outcome is written and settled ...
+	failed := store.RowWrite{ID: head.ID, LeaseVersion: head.LeaseVersion, Status: store.StatusPending, Delay: time.Hour, Error: "refused"}
+	decided, err := c.Decide(ctx, []store.RowWrite{failed})
+	require.NoError(t, err)
+	require.Equal(t, []Decision{{ID: head.ID, Token: head.LeaseVersion, Held: true}}, decided)
+	c.Settled([]store.RowWrite{failed})
+
+	// ... before the read hands its rows out.
+	c.mu.Lock()
+	kept := c.handOut(next, tokens, began)
+	c.mu.Unlock()
+	require.Empty(t, kept, "nothing of the aggregate goes out before the retry of its head")
+
+	// The rows held back are parked behind the head, their attempts
+	// refunded, and nothing of the aggregate is read until the head's
+	// retry is due.
+	_, err = c.Decide(ctx, nil)
+	require.NoError(t, err)
+	type parked struct {
+		ID       int64
+		Status   string
+		Attempts int
+	}
+	rows, err := pool.Query(ctx, `SELECT id, status, attempts FROM `+pgx.Identifier{schema, "outbox_parked"}.Sanitize()+` ORDER BY id`)
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[parked])
+	require.NoError(t, err)
+	require.Equal(t, []parked{{head.ID, "pending", 1}, {next[0].ID, "pending", 0}, {next[1].ID, "pending", 0}}, got)
+	again, _, err := c.Claim(ctx, 10, true)
+	require.NoError(t, err)
+	require.Empty(t, again)
+}
