@@ -167,13 +167,13 @@ func (c *cursorLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]
 	var rows []store.Row
 	var dbNow time.Time
 	if len(parkedFrom) > 0 {
-		got, at, err := c.store.ReadParked(ctx, c.pool, c.cfg.Owner, parkedFrom, batch, exclude, c.cfg.Ordered)
+		got, err := c.store.ReadParked(ctx, c.pool, c.cfg.Owner, parkedFrom, batch, exclude, c.cfg.Ordered)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
-		rows, dbNow = got[:min(len(got), batch)], at
+		rows, dbNow = got.Rows[:min(len(got.Rows), batch)], got.Now
 		c.mu.Lock()
-		c.batchParked(rows)
+		c.batchParked(rows, got.Origin)
 		c.mu.Unlock()
 	}
 	if room := batch - len(rows); room > 0 {
@@ -248,14 +248,16 @@ func (c *cursorLeases) sync() map[int]int64 {
 	return tokens
 }
 
-// batchParked puts parked messages read into one batch per shard.
-func (c *cursorLeases) batchParked(rows []store.Row) {
+// batchParked puts parked messages read on origin into one batch per
+// shard.
+func (c *cursorLeases) batchParked(rows []store.Row, origin string) {
 	per := map[int]*batch{}
 	for i := range rows {
 		r := &rows[i]
 		b := per[r.Shard]
 		if b == nil {
 			b = newBatch(store.ShardLease{Shard: r.Shard, Token: c.windows[r.Shard].token}, "")
+			b.origin = origin
 			per[r.Shard] = b
 		}
 		b.add(r, true)
@@ -292,6 +294,14 @@ func (c *cursorLeases) readWindows(ctx context.Context, room int) ([]store.Row, 
 		closed := false
 		for _, g := range got {
 			if w := c.windows[g.Shard]; w != nil && c.members.holds(g.Shard, w.token) {
+				if g.Moved {
+					// A failover since the window was read: what is
+					// stored is read again once nothing of it is in
+					// flight.
+					c.log.Warn("a shard's window was read before a failover: it is read again from the cursor stored", "shard", g.Shard)
+					c.stale(w)
+					continue
+				}
 				if b := w.load(store.ShardLease{Shard: g.Shard, Token: w.token}, g, c.cacheSize); b != nil {
 					closed = true
 				}
@@ -575,20 +585,29 @@ func (c *cursorLeases) Decide(ctx context.Context, writes []store.RowWrite) ([]D
 }
 
 // writesOf is the statement's part of batches: per shard the last cursor
-// move (a later batch stands for the ones before it), and every park.
+// move (a later batch stands for the ones before it), and every park. A
+// shard whose batches were read on different origins (across a failover)
+// is given no origin, which no server has: it is not written.
 func writesOf(batches []*batch) ([]store.Advance, []store.Park) {
 	var advances []store.Advance
 	var parks []store.Park
 	at := map[int]int{}
+	mixed := map[int]bool{}
 	for _, b := range batches {
 		parks = append(parks, b.parks...)
 		i, ok := at[b.lease.Shard]
 		if !ok {
 			at[b.lease.Shard], i = len(advances), len(advances)
-			advances = append(advances, store.Advance{ShardLease: b.lease})
+			advances = append(advances, store.Advance{ShardLease: b.lease, Origin: b.origin})
 		}
+		mixed[b.lease.Shard] = mixed[b.lease.Shard] || advances[i].Origin != b.origin
 		if b.hi != "" {
 			advances[i] = b.advance()
+		}
+	}
+	for i := range advances {
+		if mixed[advances[i].Shard] {
+			advances[i].Origin = ""
 		}
 	}
 	return advances, parks

@@ -18,6 +18,8 @@ type window struct {
 	// loaded: done is known (the shard was loaded once under this token).
 	loaded bool
 	done   string
+	// origin is the origin done and hi were read on (store.Window).
+	origin string
 	// hi is the open window's snapshot ("" when none is open); after the
 	// last id read of it.
 	hi    string
@@ -38,11 +40,13 @@ type window struct {
 // parked messages (hi "") only writes their outcomes.
 type batch struct {
 	lease store.ShardLease
-	// done is the lower bound of the batch's window, hi its snapshot.
-	done  string
-	hi    string
-	last  int64
-	close bool
+	// done is the lower bound of the batch's window, hi its snapshot;
+	// origin is what they (or the parked messages) were read on.
+	done   string
+	hi     string
+	origin string
+	last   int64
+	close  bool
 	// rows are the batch's messages; open counts those not yet settled.
 	rows map[int64]*entry
 	open int
@@ -129,7 +133,7 @@ func (b *batch) settle(id int64, w store.RowWrite) bool {
 
 // advance is the cursor move of a window batch.
 func (b *batch) advance() store.Advance {
-	return store.Advance{ShardLease: b.lease, Done: b.done, Hi: b.hi, Last: b.last, Close: b.close}
+	return store.Advance{ShardLease: b.lease, Done: b.done, Hi: b.hi, Last: b.last, Close: b.close, Origin: b.origin}
 }
 
 // ready takes out of w the batches at its front that are complete: their
@@ -151,7 +155,7 @@ func (w *window) take(l store.ShardLease, n int) (*batch, []int64) {
 	ids := w.ids[:n:n]
 	w.ids = w.ids[n:]
 	b := newBatch(l, w.hi)
-	b.done = w.done
+	b.done, b.origin = w.done, w.origin
 	b.rows = make(map[int64]*entry, len(ids))
 	b.writes = make([]store.RowWrite, 0, len(ids))
 	entries := make([]entry, len(ids))
@@ -174,7 +178,7 @@ func (w *window) take(l store.ShardLease, n int) (*batch, []int64) {
 // closed by an empty batch, returned; a new window that is empty is
 // dropped: nothing is to be written.
 func (w *window) load(l store.ShardLease, got store.Window, limit int) *batch {
-	w.loaded, w.done, w.hi, w.after = true, got.Done, got.Hi, got.After
+	w.loaded, w.done, w.hi, w.after, w.origin = true, got.Done, got.Hi, got.After, got.Origin
 	w.ids, w.more = got.IDs, len(got.IDs) >= limit
 	if len(w.ids) > 0 {
 		return nil
@@ -184,7 +188,7 @@ func (w *window) load(l store.ShardLease, got store.Window, limit int) *batch {
 		return nil
 	}
 	b := newBatch(l, w.hi)
-	b.done, b.last, b.close = w.done, w.after, true
+	b.done, b.last, b.close, b.origin = w.done, w.after, true, w.origin
 	w.done, w.hi, w.after = w.hi, "", 0
 	w.batches = append(w.batches, b)
 	return b
@@ -200,9 +204,9 @@ func (w *window) plan(l store.ShardLease) (store.WindowLoad, bool) {
 	case !w.loaded:
 		return store.WindowLoad{ShardLease: l}, true
 	case w.hi != "":
-		return store.WindowLoad{ShardLease: l, Done: w.done, Hi: w.hi, After: w.after}, true
+		return store.WindowLoad{ShardLease: l, Done: w.done, Hi: w.hi, After: w.after, Origin: w.origin}, true
 	}
-	return store.WindowLoad{ShardLease: l, Done: w.done}, true
+	return store.WindowLoad{ShardLease: l, Done: w.done, Origin: w.origin}, true
 }
 
 // fill splits room among shards that have n[i] ids each: as much as it

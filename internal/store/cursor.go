@@ -62,18 +62,26 @@ type WindowLoad struct {
 	ShardLease
 	Done, Hi string
 	After    int64
+	// Origin is the origin Done and Hi were read on (Window.Origin).
+	Origin string
 }
 
 // Window is what a load returned of one shard's window: its bounds, the
 // position it was read after, whether it was open before (Resumed: not a
 // new one) and, in id order, the ids of the window's committed rows after
-// the position (at most the limit asked for).
+// the position (at most the limit asked for). Origin is the server's
+// origin (sql/cursor_origin.sql), which the snapshots are to be given back
+// with; Moved says the load named snapshots of another origin (a failover
+// since they were read): nothing else is set, and the shard is to be
+// loaded again from what is stored.
 type Window struct {
 	Shard    int
 	Done, Hi string
 	After    int64
 	Resumed  bool
 	IDs      []int64
+	Origin   string
+	Moved    bool
 }
 
 // LoadWindows returns the window of each shard owner still holds under
@@ -82,10 +90,10 @@ type Window struct {
 func (s *Store) LoadWindows(ctx context.Context, db DB, owner string, loads []WindowLoad, limit int) ([]Window, error) {
 	n := len(loads)
 	shards, tokens, afters := make([]int32, n), make([]int64, n), make([]int64, n)
-	dones, his := make([]*string, n), make([]*string, n)
+	dones, his, origins := make([]*string, n), make([]*string, n), make([]string, n)
 	for i := range loads {
 		l := &loads[i]
-		shards[i], tokens[i], afters[i] = int32(l.Shard), l.Token, l.After
+		shards[i], tokens[i], afters[i], origins[i] = int32(l.Shard), l.Token, l.After, l.Origin
 		if l.Done != "" {
 			dones[i] = &l.Done
 		}
@@ -93,7 +101,7 @@ func (s *Store) LoadWindows(ctx context.Context, db DB, owner string, loads []Wi
 			his[i] = &l.Hi
 		}
 	}
-	rows, err := db.Query(ctx, s.cursor.load, ownerText(owner), shards, tokens, dones, his, afters, limit)
+	rows, err := db.Query(ctx, s.cursor.load, ownerText(owner), shards, tokens, dones, his, afters, limit, origins)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -102,11 +110,14 @@ func (s *Store) LoadWindows(ctx context.Context, db DB, owner string, loads []Wi
 	for rows.Next() {
 		var w Window
 		var standby bool
-		if err := rows.Scan(&w.Shard, &w.Done, &w.Hi, &w.After, &w.Resumed, &w.IDs, &standby); err != nil {
+		if err := rows.Scan(&w.Shard, &w.Done, &w.Hi, &w.After, &w.Resumed, &w.IDs, &standby, &w.Moved, &w.Origin); err != nil {
 			return nil, translate(err)
 		}
 		if standby {
 			return nil, ErrInRecovery
+		}
+		if w.Moved {
+			w = Window{Shard: w.Shard, Origin: w.Origin, Moved: true}
 		}
 		out = append(out, w)
 	}
@@ -129,24 +140,36 @@ func (s *Store) FetchRows(ctx context.Context, db DB, ids []int64, ordered bool)
 	return scanCursorRows(rows, len(ids))
 }
 
+// Parked is a read of parked messages: the rows, the database's time, and
+// the origin they were read on (see Window), which their outcomes are to
+// be written with.
+type Parked struct {
+	Rows   []Row
+	Now    time.Time
+	Origin string
+}
+
 // ReadParked returns up to limit parked messages that are due of each
 // shard owner holds under the token given, leaving out the ids in flight;
 // ordered, only the first parked message of each aggregate.
-func (s *Store) ReadParked(ctx context.Context, db DB, owner string, leases []ShardLease, limit int, inFlight []int64, ordered bool) ([]Row, time.Time, error) {
+func (s *Store) ReadParked(ctx context.Context, db DB, owner string, leases []ShardLease, limit int, inFlight []int64, ordered bool) (Parked, error) {
 	shards, tokens := splitLeases(leases)
 	if inFlight == nil {
 		inFlight = []int64{}
 	}
 	rows, err := db.Query(ctx, s.cursor.parked, ownerText(owner), shards, tokens, limit, inFlight, ordered)
 	if err != nil {
-		return nil, time.Time{}, translate(err)
+		return Parked{}, translate(err)
 	}
-	return scanCursorRows(rows, 0)
+	var p Parked
+	p.Rows, p.Now, err = scanCursorRows(rows, 0, &p.Origin)
+	return p, err
 }
 
 // scanCursorRows scans the rows of a fetch or a parked read; n is how
-// many are expected, if known.
-func scanCursorRows(rows pgx.Rows, n int) ([]Row, time.Time, error) {
+// many are expected, if known; extra are the destinations of the columns
+// after the common ones.
+func scanCursorRows(rows pgx.Rows, n int, extra ...any) ([]Row, time.Time, error) {
 	defer rows.Close()
 	out := make([]Row, 0, n)
 	var now time.Time
@@ -154,8 +177,8 @@ func scanCursorRows(rows pgx.Rows, n int) ([]Row, time.Time, error) {
 		out = append(out, Row{})
 		r := &out[len(out)-1]
 		var headers, uid *string
-		if err := rows.Scan(&r.ID, &r.AggregateType, &r.AggregateID, &r.EventType, &r.Payload,
-			&r.CreatedAt, &r.Attempts, &headers, &uid, &r.Shard, &now, &r.Blocked); err != nil {
+		if err := rows.Scan(append([]any{&r.ID, &r.AggregateType, &r.AggregateID, &r.EventType, &r.Payload,
+			&r.CreatedAt, &r.Attempts, &headers, &uid, &r.Shard, &now, &r.Blocked}, extra...)...); err != nil {
 			return nil, time.Time{}, translate(err)
 		}
 		r.Attempts++
@@ -174,6 +197,9 @@ type Advance struct {
 	Done, Hi string
 	Last     int64
 	Close    bool
+	// Origin is the origin the batches were read on (see Window): the
+	// shard is written only on the same.
+	Origin string
 }
 
 // Park is the outcome of a message that is written under snapshot
@@ -197,9 +223,9 @@ type Park struct {
 func (s *Store) AdvanceCursors(ctx context.Context, db DB, owner string, advances []Advance, parks []Park) (map[int]bool, error) {
 	n := len(advances)
 	shards, tokens, closes, lasts := make([]int32, n), make([]int64, n), make([]bool, n), make([]int64, n)
-	his, dones := make([]*string, n), make([]*string, n)
+	his, dones, origins := make([]*string, n), make([]*string, n), make([]string, n)
 	for i, a := range advances {
-		shards[i], tokens[i], closes[i], lasts[i] = int32(a.Shard), a.Token, a.Close, a.Last
+		shards[i], tokens[i], closes[i], lasts[i], origins[i] = int32(a.Shard), a.Token, a.Close, a.Last, a.Origin
 		if a.Hi != "" {
 			his[i] = &advances[i].Hi
 		}
@@ -215,7 +241,7 @@ func (s *Store) AdvanceCursors(ctx context.Context, db DB, owner string, advance
 		delays[i], attempts[i], errs[i] = p.Delay.Microseconds(), int32(p.Attempts), storable(p.Error, maxErrorText)
 	}
 	rows, err := db.Query(ctx, s.cursor.advance, ownerText(owner), shards, tokens, closes, his, lasts,
-		ids, pshards, aggs, statuses, delays, attempts, errs, dones)
+		ids, pshards, aggs, statuses, delays, attempts, errs, dones, origins)
 	if err != nil {
 		return nil, translate(err)
 	}

@@ -25,18 +25,32 @@ func (b *testBundle) enqueueIn(t *testing.T, tx pgx.Tx, agg string) int64 {
 	return id
 }
 
+// origin is the server's origin, as cursor_origin.sql reads it.
+func (b *testBundle) origin(t *testing.T) string {
+	t.Helper()
+	var o string
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT (SELECT system_identifier FROM pg_control_system())::text || '/' ||
+		substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)`).Scan(&o))
+	return o
+}
+
 // window loads one shard's window.
 func (b *testBundle) window(t *testing.T, owner string, l store.ShardLease, hi string, after int64, limit int) store.Window {
 	t.Helper()
-	got, err := b.st.LoadWindows(t.Context(), b.pool, owner, []store.WindowLoad{{ShardLease: l, Hi: hi, After: after}}, limit)
+	got, err := b.st.LoadWindows(t.Context(), b.pool, owner, []store.WindowLoad{{ShardLease: l, Hi: hi, After: after, Origin: b.origin(t)}}, limit)
 	require.NoError(t, err)
 	require.Len(t, got, 1, "the shard is held: its window comes back, empty or not")
+	require.Equal(t, b.origin(t), got[0].Origin)
 	return got[0]
 }
 
-// advance moves one shard's cursor and reports whether the fence held.
+// advance moves one shard's cursor and reports whether the fence held;
+// an advance with no origin is made with the server's.
 func (b *testBundle) advance(t *testing.T, owner string, a store.Advance, parks ...store.Park) bool {
 	t.Helper()
+	if a.Origin == "" {
+		a.Origin = b.origin(t)
+	}
 	held, err := b.st.AdvanceCursors(t.Context(), b.pool, owner, []store.Advance{a}, parks)
 	require.NoError(t, err)
 	return held[a.Shard]
@@ -151,7 +165,7 @@ func TestCursorLimitSplitsAWindow(t *testing.T) {
 	require.Equal(t, first[2:4], b.window(t, "d1", l, w.Hi, w.IDs[1], 2).IDs)
 	// A new window after the open one, before its cursor is advanced:
 	// only what committed after the open one's snapshot.
-	got, err := b.st.LoadWindows(t.Context(), b.pool, "d1", []store.WindowLoad{{ShardLease: l, Done: w.Hi}}, 10)
+	got, err := b.st.LoadWindows(t.Context(), b.pool, "d1", []store.WindowLoad{{ShardLease: l, Done: w.Hi, Origin: w.Origin}}, 10)
 	require.NoError(t, err)
 	require.Equal(t, later, got[0].IDs)
 	require.False(t, got[0].Resumed)
@@ -183,9 +197,9 @@ func TestCursorStaleAdvanceIsFenced(t *testing.T) {
 	require.Greater(t, l2.Token, l.Token)
 	park := store.Park{ID: ids[0], Shard: l.Shard, AggregateID: "a", Status: store.StatusPending, Attempts: 1, Error: "boom"}
 	require.False(t, b.advance(t, "d1", store.Advance{ShardLease: l, Hi: w.Hi, Close: true}, park), "the old owner's advance is fenced off")
-	parked, _, err := b.st.ReadParked(t.Context(), b.pool, "d2", []store.ShardLease{l2}, 10, nil, false)
+	parked, err := b.st.ReadParked(t.Context(), b.pool, "d2", []store.ShardLease{l2}, 10, nil, false)
 	require.NoError(t, err)
-	require.Empty(t, parked, "nothing of the fenced advance was written")
+	require.Empty(t, parked.Rows, "nothing of the fenced advance was written")
 	_, err = b.st.LoadWindows(t.Context(), b.pool, "d1", []store.WindowLoad{{ShardLease: l}}, 10)
 	require.NoError(t, err)
 	require.Equal(t, ids, b.drainCursor(t, "d2", l2), "the new owner delivers the batch again")
@@ -209,9 +223,12 @@ func TestCursorParked(t *testing.T) {
 		store.Park{ID: ids[3], Shard: l.Shard, AggregateID: "c", Status: store.StatusDead, Attempts: 3, Error: "poison"},
 	))
 	read := func(ordered bool, inFlight ...int64) []store.Row {
-		rows, _, err := b.st.ReadParked(t.Context(), b.pool, "d1", []store.ShardLease{l}, 10, inFlight, ordered)
+		got, err := b.st.ReadParked(t.Context(), b.pool, "d1", []store.ShardLease{l}, 10, inFlight, ordered)
 		require.NoError(t, err)
-		return rows
+		if len(got.Rows) > 0 {
+			require.Equal(t, b.origin(t), got.Origin)
+		}
+		return got.Rows
 	}
 	rows := read(false)
 	require.Equal(t, []int64{ids[0], ids[1]}, idsOf(rows), "the due ones, not the one waiting an hour nor the dead one")
@@ -280,7 +297,7 @@ func TestCursorAdvanceIntoTheNextWindow(t *testing.T) {
 	w1 := b.window(t, "d1", l, "", 0, 10)
 	require.Equal(t, high, w1.IDs)
 	require.NoError(t, slow.Commit(t.Context()))
-	got, err := b.st.LoadWindows(t.Context(), b.pool, "d1", []store.WindowLoad{{ShardLease: l, Done: w1.Hi}}, 10)
+	got, err := b.st.LoadWindows(t.Context(), b.pool, "d1", []store.WindowLoad{{ShardLease: l, Done: w1.Hi, Origin: w1.Origin}}, 10)
 	require.NoError(t, err)
 	w2 := got[0]
 	require.Equal(t, low, w2.IDs)
@@ -290,4 +307,32 @@ func TestCursorAdvanceIntoTheNextWindow(t *testing.T) {
 	b.expireShards(t)
 	l2 := leasesOf(b.acquire(t, "d2", 1))[0]
 	require.Equal(t, low[1:], b.drainCursor(t, "d2", l2), "only the rest of the second window")
+}
+
+// Snapshots read on another origin (before a failover: the new primary
+// hands out again the transaction ids its old primary's snapshots count as
+// ended) are neither read against nor written: the load says the shard
+// moved, the advance and its parks are left out, and what is stored is
+// read instead.
+func TestCursorSnapshotsOfAnotherOriginAreRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.enableCursor(t, 1)
+	l := leasesOf(b.acquire(t, "d1", 1))[0]
+	ids := b.enqueue(t, msg{"a", "E"}, msg{"b", "E"})
+	w := b.window(t, "d1", l, "", 0, 1)
+	require.Equal(t, ids[:1], w.IDs)
+
+	other := "1/00000001"
+	got, err := b.st.LoadWindows(t.Context(), b.pool, "d1", []store.WindowLoad{{ShardLease: l, Hi: w.Hi, After: w.IDs[0], Origin: other}}, 10)
+	require.NoError(t, err)
+	require.Equal(t, []store.Window{{Shard: l.Shard, Origin: b.origin(t), Moved: true}}, got)
+	got, err = b.st.LoadWindows(t.Context(), b.pool, "d1", []store.WindowLoad{{ShardLease: l, Done: w.Hi, Origin: other}}, 10)
+	require.NoError(t, err)
+	require.True(t, got[0].Moved)
+
+	park := store.Park{ID: ids[0], Shard: l.Shard, AggregateID: "a", Status: store.StatusDead, Attempts: 1, Error: "boom"}
+	require.False(t, b.advance(t, "d1", store.Advance{ShardLease: l, Hi: w.Hi, Close: true, Origin: other}, park))
+	require.False(t, b.advance(t, "d1", store.Advance{ShardLease: l, Origin: other}, park), "a batch of parked messages neither")
+	require.Equal(t, ids, b.drainCursor(t, "d1", l), "nothing was written: the stored cursor reads both")
 }

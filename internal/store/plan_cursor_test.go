@@ -37,7 +37,7 @@ func TestCursorPlans(t *testing.T) {
 		name, sql, args string
 		check           func(t *testing.T, plan planNode)
 	}{
-		{"Load", load, `'d1', '{0,1}', '{1,1}', '{"10:20:12,15",NULL}', '{NULL,NULL}', '{0,0}', 1000`, func(t *testing.T, plan planNode) {
+		{"Load", load, `'d1', '{0,1}', '{1,1}', '{"10:20:12,15",NULL}', '{NULL,NULL}', '{0,0}', 1000, '{"` + b.origin(t) + `",""}'`, func(t *testing.T, plan planNode) {
 			used := map[string]bool{}
 			plan.walk(func(n *planNode) {
 				if n.RelationName == name {

@@ -119,9 +119,15 @@ func rawSQL(name string) string {
 // as two CTEs, for the statements that read them ({{cursor_past}}).
 var cursorPast = strings.TrimSpace(stripComments(rawSQL("sql/cursor_past.sql")))
 
+// cursorOrigin is sql/cursor_origin.sql, the origin of the snapshots a
+// statement takes ({{cursor_origin}}).
+var cursorOrigin = strings.TrimSpace(stripComments(rawSQL("sql/cursor_origin.sql")))
+
 // withFragments puts the shared fragments into a statement, before the
 // names go in (a name may contain a placeholder itself).
-func withFragments(sql string) string { return strings.ReplaceAll(sql, "{{cursor_past}}", cursorPast) }
+func withFragments(sql string) string {
+	return strings.NewReplacer("{{cursor_past}}", cursorPast, "{{cursor_origin}}", cursorOrigin).Replace(sql)
+}
 
 // stripComments drops whole-line SQL comments from a fragment spliced into
 // another statement.

@@ -16,10 +16,15 @@
 -- Per message: 'done' deletes its parked row (if any); 'pending' or 'dead'
 -- parks it (or updates its parked row): its total failed deliveries, when
 -- it is due, and its error ('' keeps the previous one).
+-- A shard is written only on the origin its batches were read on ($15, see
+-- cursor_origin.sql): after a failover, a snapshot taken before it may
+-- count as ended the transactions the new primary hands out again, and
+-- an id read before it may name another message. Such a shard is left
+-- out as if lost, and its owner loads it again from what is stored.
 -- $1 owner, $2 shards, $3 tokens, $4 closes, $5 his, $6 last ids;
 -- $7 ids, $8 their shards, $9 aggregates, $10 statuses, $11 delays in
 -- microseconds, $12 attempts, $13 errors; $14 the open windows' lower
--- bounds (NULL: the stored done).
+-- bounds (NULL: the stored done); $15 the origins.
 WITH adv AS (
     UPDATE {{shards}} AS h
     SET done = CASE WHEN f.hi IS NULL THEN h.done
@@ -27,9 +32,9 @@ WITH adv AS (
                     ELSE coalesce(f.done::pg_snapshot, h.done) END,
         win = CASE WHEN f.hi IS NULL THEN h.win WHEN f.close THEN NULL ELSE f.hi::pg_snapshot END,
         win_last = CASE WHEN f.hi IS NULL THEN h.win_last WHEN f.close THEN NULL ELSE f.last END
-    FROM unnest($2::integer[], $3::bigint[], $4::boolean[], $5::text[], $6::bigint[], $14::text[])
-         AS f(shard, token, close, hi, last, done)
-    WHERE h.shard = f.shard AND h.token = f.token AND h.owner = $1
+    FROM unnest($2::integer[], $3::bigint[], $4::boolean[], $5::text[], $6::bigint[], $14::text[], $15::text[])
+         AS f(shard, token, close, hi, last, done, origin)
+    WHERE h.shard = f.shard AND h.token = f.token AND h.owner = $1 AND f.origin = {{cursor_origin}}
     RETURNING h.shard
 ),
 w AS (

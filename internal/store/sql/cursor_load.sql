@@ -31,11 +31,21 @@
 -- progress, so a window read there would count a transaction running on
 -- the primary as delivered and skip its rows once it commits (a failover's
 -- standby answers before it is promoted). The caller refuses such a read.
+--
+-- A done or hi the caller names is a snapshot it took earlier, on the
+-- origin it names with it ($8, see cursor_origin.sql): on another origin
+-- (a failover since) the shard is returned moved, with no ids, for the
+-- caller to load it again from what is stored; every row returns the
+-- statement's origin.
 -- $1 owner, $2 shards, $3 tokens, $4 dones (NULL: the stored one), $5 his
 -- (NULL: a new window, or the stored one), $6 positions (the last id
--- delivered in the window named), $7 ids per shard.
-WITH s AS MATERIALIZED (
-    SELECT h.shard,
+-- delivered in the window named), $7 ids per shard, $8 the origins of the
+-- dones and his named.
+WITH o AS MATERIALIZED (
+    SELECT {{cursor_origin}} AS origin
+),
+s AS MATERIALIZED (
+    SELECT h.shard, (f.done IS NOT NULL OR f.hi IS NOT NULL) AND f.origin IS DISTINCT FROM o.origin AS moved,
            coalesce(f.done::pg_snapshot, h.done) AS done,
            CASE WHEN f.hi IS NOT NULL THEN f.hi::pg_snapshot
                 WHEN f.done IS NOT NULL THEN pg_current_snapshot()
@@ -44,11 +54,12 @@ WITH s AS MATERIALIZED (
                 WHEN f.done IS NOT NULL THEN 0
                 ELSE coalesce(h.win_last, 0) END AS after,
            f.hi IS NOT NULL OR f.done IS NULL AND h.win IS NOT NULL AS resumed
-    FROM unnest($2::integer[], $3::bigint[], $4::text[], $5::text[], $6::bigint[]) AS f(shard, token, done, hi, after)
+    FROM o, unnest($2::integer[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $8::text[])
+         AS f(shard, token, done, hi, after, origin)
     JOIN {{shards}} AS h ON h.shard = f.shard AND h.token = f.token AND h.owner = $1 AND h.lease_until > now()
 )
-SELECT s.shard, s.done::text, s.hi::text, s.after, s.resumed, c.ids, pg_is_in_recovery()
-FROM s
+SELECT s.shard, s.done::text, s.hi::text, s.after, s.resumed, c.ids, pg_is_in_recovery(), s.moved, o.origin
+FROM o, s
 CROSS JOIN LATERAL (
     SELECT coalesce(array_agg(v.id ORDER BY v.id), '{}') AS ids FROM (
         SELECT u.id FROM (
@@ -56,14 +67,14 @@ CROSS JOIN LATERAL (
             WHERE o.shard = s.shard
               AND o.xid >= pg_snapshot_xmax(s.done) AND o.xid < pg_snapshot_xmax(s.hi)
               AND pg_visible_in_snapshot(o.xid, s.hi)
-              AND o.id > s.after
+              AND o.id > s.after AND NOT s.moved
             UNION ALL
             SELECT o.id
             FROM pg_snapshot_xip(s.done) AS x(xid)
             JOIN LATERAL (SELECT o.id FROM {{table}} AS o
                           WHERE o.shard = s.shard AND o.xid = x.xid AND o.id > s.after
                           OFFSET 0) AS o ON true
-            WHERE pg_visible_in_snapshot(x.xid, s.hi)
+            WHERE pg_visible_in_snapshot(x.xid, s.hi) AND NOT s.moved
         ) AS u
         ORDER BY u.id
         LIMIT $7

@@ -6,7 +6,7 @@
 -- $1 owner, $2 shards, $3 tokens, $4 rows per shard, $5 ids in flight,
 -- $6 ordered.
 SELECT o.id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload::text,
-       o.created_at, p.attempts, o.headers::text, o.uid::text, p.shard, now(), false
+       o.created_at, p.attempts, o.headers::text, o.uid::text, p.shard, now(), false, {{cursor_origin}}
 FROM unnest($2::integer[], $3::bigint[]) AS f(shard, token)
 JOIN {{shards}} AS h ON h.shard = f.shard AND h.token = f.token AND h.owner = $1 AND h.lease_until > now()
 JOIN LATERAL (SELECT p.id, p.shard, p.attempts FROM {{parked}} AS p
