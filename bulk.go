@@ -162,14 +162,6 @@ func (a *Admin) bulk(ctx context.Context, action store.Action, status string, f 
 	if err != nil {
 		return 0, fmt.Errorf("outbox: %s: %w", label(string(action)), err)
 	}
-	// The batch statements write the status column, which a cursor table
-	// does not read: they would report rows moved and move none.
-	switch cursors, err := a.store.CursorEnabled(ctx, a.db); {
-	case err != nil:
-		return 0, fmt.Errorf("outbox: %s: %w", label(string(action)), err)
-	case cursors:
-		return 0, fmt.Errorf("%w: %s", ErrCursorTable, label(string(action)))
-	}
 	entry := AuditEntry{Actor: r.actor, Action: string(action), Name: r.name, Filter: f.Terms(), DryRun: r.dryRun}
 	scoped := store.Filter(f)
 	scoped.Status = []string{status}

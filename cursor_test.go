@@ -543,11 +543,95 @@ func TestCursorLeasesConsoleReads(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []outbox.BreakdownRow{{Key: "order", Pending: 2, Dead: 1}}, rows)
 
-	// The bulk actions over a filter write the status column, which the
-	// cursors do not read: refused, not a count of rows that moved nothing.
-	_, err = b.admin.DeadRetryMatching(t.Context(), outbox.Filter{Status: []string{"dead"}}, outbox.BulkOpts{})
-	require.ErrorIs(t, err, outbox.ErrCursorTable)
-	_, err = b.admin.Replay(t.Context(), outbox.Filter{Status: []string{"done"}}, outbox.ReplayOpts{Name: "again"})
-	require.ErrorIs(t, err, outbox.ErrCursorTable)
-	require.Equal(t, map[int64]string{poison: "dead"}, statuses(outbox.Filter{Status: []string{"dead"}}))
+}
+
+// The bulk actions work on a cursor table as on the others, over the rows
+// as the console reads them: a dead-letter retry over a filter parks the
+// dead messages waiting again and they are delivered, a dead-letter skip
+// gives them up (done, unblocking their aggregate), and a replay parks
+// delivered messages to go out again with the replay's header; each is
+// fenced on the status it starts from, audited, and moves nothing twice.
+func TestCursorLeasesBulkActions(t *testing.T) {
+	t.Parallel()
+	b := cursorBundle(t, 2)
+	a := b.enqueueN(t, 4, "a")
+	c := b.enqueueN(t, 2, "c")
+	poison := map[int64]bool{a[1]: true, c[0]: true}
+	var mu sync.Mutex
+	healed := false
+	rec := newRecorder(func(_ context.Context, m *outbox.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if poison[m.ID] && !healed {
+			return outbox.Permanent(errors.New("receiver refused it"))
+		}
+		return nil
+	})
+	cfg := cursorConfig(outbox.Config{Ordered: true})
+	drain(t, b.dispatcher(t, rec.Sink(), cfg))
+	require.Equal(t, []int64{a[0], a[1], c[0]}, rec.IDs(), "ordered: each aggregate waits behind its dead head")
+	status := func(id int64) string {
+		t.Helper()
+		m, err := b.admin.Message(t.Context(), id)
+		require.NoError(t, err)
+		return m.Status
+	}
+
+	// Retry the dead of aggregate a: its head goes out, then the rest.
+	n, err := b.admin.DeadRetryMatching(t.Context(), outbox.Filter{AggregateID: "a"}, outbox.BulkOpts{DryRun: true})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "the dry run counts")
+	require.Equal(t, "dead", status(a[1]), "and moves nothing")
+	mu.Lock()
+	healed = true
+	mu.Unlock()
+	n, err = b.admin.DeadRetryMatching(t.Context(), outbox.Filter{AggregateID: "a"}, outbox.BulkOpts{Actor: "ops"})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.Equal(t, "pending", status(a[1]))
+	require.Equal(t, "dead", status(c[0]), "outside the filter")
+	n, err = b.admin.DeadRetryMatching(t.Context(), outbox.Filter{AggregateID: "a"}, outbox.BulkOpts{})
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing dead is left to retry")
+	rec2 := newRecorder(nil)
+	drain(t, b.dispatcher(t, rec2.Sink(), cfg))
+	require.Equal(t, a[1:], rec2.IDs(), "the retried head, then the messages behind it, in order")
+
+	// Skip the dead of aggregate c: done undelivered, and c's next goes.
+	n, err = b.admin.DeadSkipMatching(t.Context(), outbox.Filter{Status: []string{"dead"}}, outbox.BulkOpts{})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.Equal(t, "done", status(c[0]))
+	rec3 := newRecorder(nil)
+	drain(t, b.dispatcher(t, rec3.Sink(), cfg))
+	require.Equal(t, c[1:], rec3.IDs(), "the skipped head is not delivered; the one behind it is")
+
+	// Replay aggregate a: each goes out again, in order, marked.
+	n, err = b.admin.Replay(t.Context(), outbox.Filter{AggregateID: "a"}, outbox.ReplayOpts{Name: "fix-1", BatchSize: 3})
+	require.NoError(t, err)
+	require.EqualValues(t, 4, n)
+	for _, id := range a {
+		require.Equal(t, "pending", status(id))
+	}
+	rec4 := newRecorder(nil)
+	drain(t, b.dispatcher(t, rec4.Sink(), cfg))
+	require.Equal(t, a, rec4.IDs())
+	for _, m := range rec4.Messages() {
+		require.Equal(t, "fix-1", m.Headers[outbox.ReplayHeader])
+	}
+	n, err = b.admin.Replay(t.Context(), outbox.Filter{Status: []string{"done"}, AggregateID: "zzz"}, outbox.ReplayOpts{Name: "none"})
+	require.NoError(t, err)
+	require.Zero(t, n)
+	st, err := b.admin.Status(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{"pending": 0, "processing": 0, "done": 6, "dead": 0}, st.Counts)
+	require.Zero(t, b.rewritten(t)-len(a), "only the replayed rows were written (their header)")
+
+	audit, err := b.admin.AuditList(t.Context(), 10)
+	require.NoError(t, err)
+	var actions []string
+	for _, e := range audit {
+		actions = append(actions, fmt.Sprintf("%s %d", e.Action, e.Count))
+	}
+	require.Subset(t, actions, []string{"dead_retry 1", "dead_skip 1", "replay 4"})
 }

@@ -25,12 +25,6 @@ var ErrTableMissing = store.ErrTableMissing
 // and lacks columns this one reads; run migrate, which upgrades it in place.
 var ErrTableOutdated = store.ErrTableOutdated
 
-// ErrCursorTable reports an operation not available yet on a table under
-// snapshot cursors: the bulk actions (DeadRetryMatching, DeadSkipMatching,
-// Replay), which write the status column; Admin.DeadRetry and DeadSkip
-// work.
-var ErrCursorTable = errors.New("outbox: not available on a table under snapshot cursors yet")
-
 // RetryableError is a transient failure: the message goes back to pending
 // after a backoff and consumes an attempt. Build one with [Retryable] or
 // [RetryableAfter].

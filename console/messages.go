@@ -124,10 +124,6 @@ func (s *Server) answerErr(w http.ResponseWriter, r *http.Request, err error) {
 		apiError(w, http.StatusBadRequest, "bad_request", re.msg)
 		return
 	}
-	if errors.Is(err, outbox.ErrCursorTable) {
-		apiError(w, http.StatusConflict, "cursor_table", cleanErr(err))
-		return
-	}
 	s.internalError(w, r, err)
 }
 

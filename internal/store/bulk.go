@@ -41,7 +41,11 @@ type BatchParams struct {
 // done rows to pending for replay, each fenced on the status it starts from,
 // with the audit row's count advanced in the same statement.
 func (s *Store) BulkBatch(ctx context.Context, db DB, action Action, p BatchParams) (Batch, error) {
-	q, args, err := s.BulkSQL(action, p)
+	c, err := s.consoleFor(ctx, db)
+	if err != nil {
+		return Batch{}, err
+	}
+	q, args, err := bulkSQL(c, action, p)
 	if err != nil {
 		return Batch{}, err
 	}
@@ -51,16 +55,21 @@ func (s *Store) BulkBatch(ctx context.Context, db DB, action Action, p BatchPara
 	return b, translate(err)
 }
 
-// BulkSQL returns the statement BulkBatch runs, with its arguments.
+// BulkSQL returns the statement BulkBatch runs, with its arguments (on a
+// table without snapshot cursors).
 func (s *Store) BulkSQL(action Action, p BatchParams) (string, []any, error) {
-	q, first := s.console.deadRetry, 4
+	return bulkSQL(&s.console, action, p)
+}
+
+func bulkSQL(c *consoleSQL, action Action, p BatchParams) (string, []any, error) {
+	q, first := c.deadRetry, 4
 	args := []any{p.Size, p.AuditID, p.Channel}
 	switch action {
 	case ActionDeadSkip:
-		q = s.console.deadSkip
+		q = c.deadSkip
 		args[2] = nil // skip wakes nobody: $3 is unused
 	case ActionReplay:
-		q, first = s.console.replay, 5
+		q, first = c.replay, 5
 		args = append(args, p.Name)
 	}
 	w, err := buildWhere(p.Filter, first)
@@ -70,5 +79,5 @@ func (s *Store) BulkSQL(action Action, p BatchParams) (string, []any, error) {
 	if p.After > 0 {
 		w.add("after", p.After)
 	}
-	return strings.ReplaceAll(q, "{{where}}", w.String()), append(args, w.args...), nil
+	return strings.ReplaceAll(q, "{{where}}", c.where(w.String())), append(args, w.args...), nil
 }

@@ -247,8 +247,14 @@ func (s *Store) CheckPath(ctx context.Context, db DB, path string) error {
 // by id from the parked table (the derived status serves no index, and a
 // filter on it alone would walk the whole table).
 func cursorConsole(r *strings.Replacer) consoleSQL {
-	c := loadConsole(r, strings.TrimSpace(stripComments(rawSQL("sql/cursor_console_rows.sql"))))
+	rows := strings.TrimSpace(stripComments(rawSQL("sql/cursor_console_rows.sql")))
+	c := loadConsole(r, rows)
 	c.terms = strings.NewReplacer(terms["status_dead"], r.Replace(terms["cursor_status_dead"]))
+	// The bulk writes pick from the rows as the console reads them, and
+	// write the parked table (replay: and the row's headers).
+	read := func(name string) string { return r.Replace(strings.ReplaceAll(rawSQL(name), "{{rows}}", rows)) }
+	c.deadRetry, c.deadSkip, c.replay = read("sql/cursor_dead_retry_batch.sql"), read("sql/cursor_dead_skip_batch.sql"),
+		read("sql/cursor_replay_batch.sql")
 	breakdown := withFragments(rawSQL("sql/cursor_breakdown.sql"))
 	c.breakdownEvent = r.Replace(strings.ReplaceAll(breakdown, "{{key}}", "event_type"))
 	c.breakdownAggregate = r.Replace(strings.ReplaceAll(breakdown, "{{key}}", "aggregate_type"))

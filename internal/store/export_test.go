@@ -49,6 +49,12 @@ func (s *Store) CursorSQL() (load, fetch, parked, advance string) {
 	return s.cursor.load, s.cursor.fetch, s.cursor.parked, s.cursor.advance
 }
 
+// CursorBulkSQL returns the statement a bulk batch runs on a table under
+// snapshot cursors, with its arguments.
+func (s *Store) CursorBulkSQL(action Action, p BatchParams) (string, []any, error) {
+	return bulkSQL(&s.cursorConsole, action, p)
+}
+
 // CursorConsoleSQL returns the console's page, dead-filter page and
 // breakdown statements for a table under snapshot cursors.
 func (s *Store) CursorConsoleSQL() (page, dead, breakdown string) {

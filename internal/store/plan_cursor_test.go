@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outbox/internal/store"
 )
 
 // TestCursorPlans checks the generic plans of the snapshot-cursor
@@ -25,6 +27,8 @@ func TestCursorPlans(t *testing.T) {
 	b.exec(t, "ANALYZE "+b.st.Table.String()+"_shards")
 	load, fetch, parked, _ := b.st.CursorSQL()
 	page, dead, breakdown := b.st.CursorConsoleSQL()
+	deadRetry, _, err := b.st.CursorBulkSQL(store.ActionDeadRetry, store.BatchParams{Filter: store.Filter{AggregateType: "order"}, Size: 500})
+	require.NoError(t, err)
 	name := b.st.Table.Name
 	noSeqScan := func(t *testing.T, plan planNode) {
 		plan.walk(func(n *planNode) {
@@ -77,6 +81,15 @@ func TestCursorPlans(t *testing.T) {
 			})
 		}},
 		{"ConsoleBreakdown", breakdown, `10`, noSeqScan},
+		// A bulk batch looks the dead up by id too.
+		{"BulkDeadRetry", deadRetry, `500, 1, 'c', 'order'`, func(t *testing.T, plan planNode) {
+			noSeqScan(t, plan)
+			plan.walk(func(n *planNode) {
+				if n.RelationName == name {
+					require.Equal(t, name+"_pkey", n.IndexName, "%s", n.NodeType)
+				}
+			})
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			text, plan := explain(t, b.pool, tc.sql, true, tc.args)

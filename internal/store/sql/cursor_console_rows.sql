@@ -3,12 +3,12 @@
 -- cursor_status.sql counts it (parked pending or dead; else done once its
 -- shard's cursor passed it: visible in the done snapshot, or in the open
 -- window up to its last id; else pending; a row finished before the
--- cursors were enabled, its xid NULL, keeps its status column), and its
--- attempts, due time and error from its parked row. Used in place of the
+-- cursors were enabled, its xid NULL, keeps its status column), its
+-- attempts, due time and error from its parked row, and its shard. Used in place of the
 -- table in the console's statements; the planner inlines it, so a page
 -- still walks the primary key and probes the parked table by id.
 (SELECT o.id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers, o.uid,
-        o.created_at, o.lease_version,
+        o.created_at, o.lease_version, o.shard,
         CASE WHEN p.status IS NOT NULL THEN p.status
              WHEN o.xid IS NULL THEN o.status
              WHEN pg_visible_in_snapshot(o.xid, h.done)
