@@ -103,9 +103,12 @@ func (r *receiver) receiveRaw(t testing.TB, n int, timeout time.Duration) []*jet
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		st, err := r.js.Stream(ctx, r.stream)
-		if errors.Is(err, nats.ErrNoResponders) && time.Now().Before(deadline) {
+		if (errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount)) &&
+			time.Now().Before(deadline) {
 			// The server is reloading its configuration (a credential
-			// test's break or heal): its JetStream API is back in a moment.
+			// test's break or heal): its JetStream API is back in a moment
+			// (until then it has no responders, or reports JetStream
+			// not enabled for the account being reloaded).
 			cancel()
 			time.Sleep(20 * time.Millisecond)
 			continue
