@@ -19,6 +19,7 @@ func cursorBundle(t *testing.T, n int) *testBundle {
 	t.Helper()
 	b := shardBundle(t, n)
 	require.NoError(t, b.admin.EnableCursors(t.Context()))
+	b.cursors = true
 	return b
 }
 

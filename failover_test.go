@@ -28,11 +28,7 @@ import (
 // primary must not hold its rows for a lease).
 func TestFailoverToAStandby(t *testing.T) {
 	t.Parallel()
-	modes := append(slices.Clip(leaseModes), leaseMode{
-		name: "Cursor", ordered: true,
-		config: func(cfg outbox.Config) *outbox.Config { cfg.Ordered = true; return cursorConfig(cfg) },
-	})
-	for _, mode := range modes {
+	for _, mode := range leaseModes {
 		for _, synchronous := range []bool{true, false} {
 			name := mode.name + "/Asynchronous"
 			if synchronous {

@@ -24,6 +24,10 @@ type testBundle struct {
 	table  string // schema.outbox, as Config.Table and Producer.Table take it
 	quoted string // the same, quoted for SQL
 	admin  *outbox.Admin
+	// cursors: the table is relayed under snapshot cursors, which do not
+	// write the status columns: rows and counts are read as the console
+	// reads them, with the status derived.
+	cursors bool
 }
 
 // setup creates a schema for the test and migrates an outbox table in it.
@@ -144,6 +148,11 @@ const rowColumns = "id, status, attempts, lease_owner, lease_until, lease_versio
 
 func (b *testBundle) row(t *testing.T, id int64) row {
 	t.Helper()
+	if b.cursors {
+		m, err := b.admin.Message(t.Context(), id)
+		require.NoError(t, err)
+		return rowOf(m.MessageSummary, m.LeaseVersion)
+	}
 	rows, err := b.pool.Query(t.Context(), "SELECT "+rowColumns+" FROM "+b.quoted+" WHERE id = $1", id)
 	require.NoError(t, err)
 	r, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[row])
@@ -151,8 +160,23 @@ func (b *testBundle) row(t *testing.T, id int64) row {
 	return r
 }
 
+// rowOf is a message as the console reads it, as a row.
+func rowOf(m outbox.MessageSummary, version int64) row {
+	return row{ID: m.ID, Status: m.Status, Attempts: m.Attempts, LeaseOwner: m.LeaseOwner, LeaseUntil: m.LeaseUntil,
+		LeaseVersion: version, LastError: m.LastError, AvailableAt: m.AvailableAt, CreatedAt: m.CreatedAt, DoneAt: m.DoneAt}
+}
+
 func (b *testBundle) rows(t *testing.T) []row {
 	t.Helper()
+	if b.cursors {
+		msgs, _, err := b.admin.Messages(t.Context(), outbox.Filter{}, outbox.Page{Limit: 10000})
+		require.NoError(t, err)
+		out := make([]row, len(msgs))
+		for i, m := range msgs {
+			out[i] = rowOf(m, 0)
+		}
+		return out
+	}
 	rows, err := b.pool.Query(t.Context(), "SELECT "+rowColumns+" FROM "+b.quoted+" ORDER BY id")
 	require.NoError(t, err)
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[row])
@@ -163,6 +187,11 @@ func (b *testBundle) rows(t *testing.T) []row {
 // countStatus returns how many rows have status.
 func (b *testBundle) countStatus(t *testing.T, status string) int {
 	t.Helper()
+	if b.cursors {
+		c, err := b.admin.Count(t.Context(), outbox.Filter{Status: []string{status}}, true)
+		require.NoError(t, err)
+		return int(c.N)
+	}
 	var n int
 	require.NoError(t, b.pool.QueryRow(t.Context(),
 		"SELECT count(*) FROM "+b.quoted+" WHERE status = $1", status).Scan(&n))
@@ -173,6 +202,13 @@ func (b *testBundle) countStatus(t *testing.T, status string) int {
 // test goroutine and so must not call require: an error reads as -1, which
 // no condition waits for.
 func (b *testBundle) tryCount(status string) int {
+	if b.cursors {
+		c, err := b.admin.Count(context.Background(), outbox.Filter{Status: []string{status}}, true)
+		if err != nil {
+			return -1
+		}
+		return int(c.N)
+	}
 	var n int
 	err := b.pool.QueryRow(context.Background(),
 		"SELECT count(*) FROM "+b.quoted+" WHERE status = $1", status).Scan(&n)
