@@ -636,3 +636,69 @@ func TestCursorLeasesBulkActions(t *testing.T) {
 	}
 	require.Subset(t, actions, []string{"dead_retry 1", "dead_skip 1", "replay 4"})
 }
+
+// A message that crashes every dispatcher delivering it goes dead, as
+// under shard leases: the owner that takes a dead owner's shard delivers
+// its next messages one at a time, each declared first, and each death
+// with a declared message in flight is charged to that message; the
+// healthy ones around it are delivered and never charged.
+func TestCursorLeasesPoisonGoesDead(t *testing.T) {
+	t.Parallel()
+	b := cursorBundle(t, 1)
+	before := b.enqueueN(t, 3, "x")
+	poison := b.enqueueN(t, 1, "p")[0]
+	after := b.enqueueN(t, 3, "y")
+	reached := make(chan struct{}, 10)
+	hang := make(chan struct{})
+	var mu sync.Mutex
+	var attempts []int
+	sink := outbox.SinkFunc(func(ctx context.Context, m *outbox.Message) error {
+		if m.ID != poison {
+			return nil
+		}
+		mu.Lock()
+		attempts = append(attempts, m.Attempt) // one publish at a time: each before its death
+		mu.Unlock()
+		reached <- struct{}{}
+		select { // a dispatcher that never comes back from this publish
+		case <-hang:
+		case <-ctx.Done():
+		}
+		return errors.New("never returned")
+	})
+	settled := &settleHook{} // every dispatcher's: any of them may bury the poison
+	cfg := cursorConfig(outbox.Config{Lease: 3 * time.Minute, PublishTimeout: time.Minute, MaxAttempts: 3, Hook: settled})
+	for range cfg.MaxAttempts + 1 {
+		start(t, b.dispatcher(t, sink, cfg))
+		select {
+		case <-reached:
+		case <-time.After(10 * time.Second):
+			require.FailNow(t, "the poison message was not delivered")
+		}
+		b.expireShards(t) // that dispatcher is dead
+	}
+	t.Cleanup(func() { close(hang) })
+
+	drain(t, b.dispatcher(t, sink, cfg))
+	r := b.row(t, poison)
+	require.Equal(t, "dead", r.Status)
+	require.Equal(t, 3, r.Attempts)
+	require.Contains(t, r.lastError(), "died 3 times")
+	mu.Lock()
+	require.Equal(t, []int{1, 1, 2, 3}, attempts, "each death while alone in flight counts as an attempt")
+	mu.Unlock()
+	ev, ok := settled.of(poison)
+	require.True(t, ok, "the buried message reached OnSettle")
+	require.Equal(t, outbox.OutcomeDead, ev.Outcome)
+	require.Equal(t, "p", ev.Message.AggregateID)
+	require.ErrorContains(t, ev.Err, "died 3 times")
+	for _, id := range append(before, after...) {
+		require.Equal(t, "done", b.row(t, id).Status)
+	}
+	var charged int
+	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT count(*) FROM "+b.quoted+" WHERE attempts > 0 AND id <> $1", poison).Scan(&charged))
+	require.Zero(t, charged, "no healthy message was charged a crash")
+	var strike *int64
+	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT strike_id FROM "+pgx.Identifier{b.schema, "outbox_shards"}.Sanitize()).Scan(&strike))
+	require.Nil(t, strike, "the isolation ended once the shard had nothing left to deliver")
+}

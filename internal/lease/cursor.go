@@ -68,6 +68,18 @@ type cursorLeases struct {
 	undelivered []settledAt
 	// turn rotates the shard a read starts filling its room from.
 	turn int
+	// isolating counts, per shard taken from an owner that died, the
+	// messages still to deliver one at a time, each declared in the
+	// shard row before it goes out (see takeShard); crashes are the
+	// crashes charged to messages declared when their owner died, by id,
+	// until they are read again.
+	isolating map[int]int
+	crashes   map[int64]int
+	// burials are the messages written dead for their crashes, with the
+	// cause, until their batch is written; then, if it held, they are
+	// buried, for the next Decide to announce.
+	burials map[int64]error
+	toBury  []burial
 	// undecided are the batches complete and not yet written, in the
 	// order they are to be written; decided the writes decided outside a
 	// Decide call (of batches given up), for the next one to return.
@@ -81,8 +93,9 @@ func newCursorLeases(st *store.Store, pool *pgxpool.Pool, cfg Config, cb Callbac
 		cacheSize:   max(4*cfg.Window, 1024),
 		kick:        make(chan struct{}, 1),
 		windows:     map[int]*window{}, batchOf: map[int64]*batch{}, lastOf: map[string]last{},
+		isolating: map[int]int{}, crashes: map[int64]int{}, burials: map[int64]error{},
 	}
-	c.hung, c.isolates = c.parkHung, false
+	c.hung, c.takeover = c.parkHung, c.takeShard
 	return c
 }
 
@@ -151,33 +164,55 @@ func (c *cursorLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]
 	c.mu.Lock()
 	began := c.begin()
 	tokens := c.sync()
-	var parkedFrom []store.ShardLease
+	idle := c.isolatedIdle(c.flight.busy())
+	var parkedFrom, isolatedFrom []store.ShardLease
 	var exclude []int64
 	if !c.parkedAt.After(now) || clearWait {
 		c.parkedAt = now.Add(c.cfg.PollInterval)
 		for _, shard := range c.members.sorted() {
-			if !c.flight.abandoned[shard] {
+			if _, isolated := c.isolating[shard]; !isolated && !c.flight.abandoned[shard] {
 				parkedFrom = append(parkedFrom, store.ShardLease{Shard: shard, Token: tokens[shard]})
 			}
 		}
 		exclude = c.flight.exclude()
 	}
+	for _, shard := range sortedKeys(idle) {
+		isolatedFrom = append(isolatedFrom, store.ShardLease{Shard: shard, Token: tokens[shard]})
+	}
 	c.mu.Unlock()
 
 	var rows []store.Row
 	var dbNow time.Time
-	if len(parkedFrom) > 0 {
-		got, err := c.store.ReadParked(ctx, c.pool, c.cfg.Owner, parkedFrom, batch, exclude, c.cfg.Ordered)
+	// An isolated shard with nothing in flight delivers one message: a
+	// parked one that is due, else the next of its window.
+	taken := map[int]bool{}
+	read := func(from []store.ShardLease, perShard int) error {
+		got, err := c.store.ReadParked(ctx, c.pool, c.cfg.Owner, from, perShard, exclude, c.cfg.Ordered)
 		if err != nil {
+			return err
+		}
+		kept := got.Rows[:min(len(got.Rows), batch-len(rows))]
+		for _, r := range kept {
+			taken[r.Shard] = true
+		}
+		rows, dbNow = append(rows, kept...), got.Now
+		c.mu.Lock()
+		c.batchParked(kept, got.Origin)
+		c.mu.Unlock()
+		return nil
+	}
+	if len(isolatedFrom) > 0 {
+		if err := read(isolatedFrom, 1); err != nil {
 			return nil, time.Time{}, err
 		}
-		rows, dbNow = got.Rows[:min(len(got.Rows), batch)], got.Now
-		c.mu.Lock()
-		c.batchParked(rows, got.Origin)
-		c.mu.Unlock()
+	}
+	if len(parkedFrom) > 0 && len(rows) < batch {
+		if err := read(parkedFrom, batch); err != nil {
+			return nil, time.Time{}, err
+		}
 	}
 	if room := batch - len(rows); room > 0 {
-		got, at, err := c.readWindows(ctx, room)
+		got, at, err := c.readWindows(ctx, room, idle, taken)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
@@ -188,6 +223,18 @@ func (c *cursorLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]
 	}
 	if dbNow.IsZero() {
 		dbNow = now
+	}
+	c.mu.Lock()
+	rows = c.charge(rows)
+	c.mu.Unlock()
+	rows, err := c.declare(ctx, idle, taken, tokens, rows)
+	if err != nil {
+		c.mu.Lock()
+		for _, r := range rows {
+			c.unleased(r.ID)
+		}
+		c.mu.Unlock()
+		return nil, time.Time{}, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -266,8 +313,10 @@ func (c *cursorLeases) batchParked(rows []store.Row, origin string) {
 }
 
 // readWindows loads the windows that need it, takes up to room ids of
-// them and fetches their rows.
-func (c *cursorLeases) readWindows(ctx context.Context, room int) ([]store.Row, time.Time, error) {
+// them and fetches their rows. Of an isolated shard (isolated) it takes
+// one id, unless one of its parked messages was taken (taken; it adds
+// those it takes from); of a shard under isolation not among them, none.
+func (c *cursorLeases) readWindows(ctx context.Context, room int, isolated, taken map[int]bool) ([]store.Row, time.Time, error) {
 	// A second load opens the next window of the shards whose open window
 	// turned out to have nothing left (closed by an empty batch).
 	for round := 0; round < 2; round++ {
@@ -318,8 +367,16 @@ func (c *cursorLeases) readWindows(ctx context.Context, room int) ([]store.Row, 
 	shards := c.members.sorted()
 	have := make([]int, len(shards))
 	for i, shard := range shards {
-		if w := c.windows[shard]; w != nil && !w.stale && !c.flight.abandoned[shard] {
-			have[i] = len(w.ids)
+		w := c.windows[shard]
+		if w == nil || w.stale || c.flight.abandoned[shard] {
+			continue
+		}
+		have[i] = len(w.ids)
+		if _, ok := c.isolating[shard]; ok {
+			have[i] = 0
+			if isolated[shard] && !taken[shard] {
+				have[i] = min(len(w.ids), 1)
+			}
 		}
 	}
 	var ids []int64
@@ -329,11 +386,14 @@ func (c *cursorLeases) readWindows(ctx context.Context, room int) ([]store.Row, 
 			continue
 		}
 		w := c.windows[shards[i]]
-		b, taken := w.take(store.ShardLease{Shard: shards[i], Token: w.token}, n)
-		for _, id := range taken {
+		b, got := w.take(store.ShardLease{Shard: shards[i], Token: w.token}, n)
+		for _, id := range got {
 			c.batchOf[id] = b
 		}
-		ids = append(ids, taken...)
+		ids = append(ids, got...)
+		if isolated[shards[i]] {
+			taken[shards[i]] = true
+		}
 	}
 	c.mu.Unlock()
 	if len(ids) == 0 {
@@ -435,6 +495,8 @@ func (c *cursorLeases) kill(batches []*batch) {
 		if len(b.writes) > 0 {
 			c.decided = append(c.decided, c.decideAll(b, false)...)
 			c.kickCompleter()
+		} else {
+			c.buried(b, false)
 		}
 	}
 }
@@ -556,7 +618,12 @@ func (c *cursorLeases) Decide(ctx context.Context, writes []store.RowWrite) ([]D
 	advances, parks := writesOf(todo)
 	held, err := c.store.AdvanceCursors(ctx, c.pool, c.cfg.Owner, advances, parks)
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer func() {
+		buried := c.toBury
+		c.toBury = nil
+		c.mu.Unlock()
+		c.announce(ctx, buried)
+	}()
 	if err != nil {
 		// Kept for the next try, which writes the same again.
 		c.decided = append(out, c.decided...)
@@ -622,6 +689,7 @@ func (c *cursorLeases) parkDue(at time.Time) {
 
 // decideAll decides every write of b, and forgets its messages.
 func (c *cursorLeases) decideAll(b *batch, held bool) []Decision {
+	c.toBury = append(c.toBury, c.buried(b, held)...)
 	out := make([]Decision, len(b.writes))
 	for i, w := range b.writes {
 		out[i] = Decision{ID: w.ID, Token: w.LeaseVersion, Held: held}

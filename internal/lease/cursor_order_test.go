@@ -49,7 +49,7 @@ func TestCursorFailureDuringAReadHoldsTheAggregateBack(t *testing.T) {
 	began := c.begin()
 	tokens := c.sync()
 	c.mu.Unlock()
-	next, _, err := c.readWindows(ctx, 2)
+	next, _, err := c.readWindows(ctx, 2, nil, nil)
 	require.NoError(t, err)
 	require.Len(t, next, 2)
 	require.False(t, next[0].Blocked, "the head's failure is not written yet")

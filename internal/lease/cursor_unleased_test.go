@@ -42,7 +42,7 @@ func TestCursorUnleasedRowsHoldTheCursor(t *testing.T) {
 	c.mu.Lock()
 	tokens := c.sync()
 	c.mu.Unlock()
-	rows, _, err := c.readWindows(ctx, 10)
+	rows, _, err := c.readWindows(ctx, 10, nil, nil)
 	require.NoError(t, err)
 	require.Len(t, rows, 5)
 

@@ -49,16 +49,20 @@ type shardLeases struct {
 	// hung, when set, is told under mu of the publishes found hung, for a
 	// mode that holds outcomes in memory (snapshot cursors' batches).
 	hung func([]store.Lease)
-	// isolates: a shard taken from an owner that died is delivered one
-	// message at a time at first (see acquire). Snapshot cursors do not.
-	isolates bool
+	// takeover handles a shard just acquired before it joins the
+	// membership (see takeShard; snapshot cursors keep their own count of
+	// crashes and isolation). An error leaves the shard out until a
+	// renewal lists it.
+	takeover func(ctx context.Context, a *store.AcquiredShard) error
 }
 
 func newShardLeases(st *store.Store, pool *pgxpool.Pool, cfg Config, cb Callbacks, log *slog.Logger, count int, leases *Registry) *shardLeases {
-	return &shardLeases{
+	s := &shardLeases{
 		store: st, pool: pool, cfg: cfg, cb: cb, log: log, count: count, leases: leases,
-		members: newMembership(), flight: newFlight(), cursors: cursors{}, waiting: waiting{}, isolates: true,
+		members: newMembership(), flight: newFlight(), cursors: cursors{}, waiting: waiting{},
 	}
+	s.takeover = s.takeShard
+	return s
 }
 
 // Claim reads the held shards: the next message of each isolated shard
@@ -444,32 +448,38 @@ func (s *shardLeases) acquire(ctx context.Context, n int) (int, error) {
 	}
 	var errs []error
 	for _, a := range got {
-		// A message to bury is written dead before its shard can be read:
-		// the fetcher would otherwise deliver it once more meanwhile. If
-		// the write fails, the shard is left unread until the next
-		// renewal lists it, and the message goes out once more.
-		if a.Attempts != nil && *a.Attempts >= s.cfg.MaxAttempts {
-			if err := s.bury(ctx, a); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-		} else if a.Attempts != nil {
-			s.log.WarnContext(ctx, "took over a shard whose owner died delivering this message alone: the crash counts as an attempt",
-				slog.Int("shard", a.Shard), slog.Int64("outbox_id", *a.StrikeID), slog.Int("strikes", a.Strikes),
-				slog.Int("attempts", *a.Attempts))
-		}
-		if !s.isolates {
-			a.IsolateThrough = nil
-		}
-		if a.IsolateThrough != nil && a.Attempts == nil {
-			s.log.InfoContext(ctx, "took over a shard whose owner did not release it: delivering its first messages one at a time",
-				slog.Int("shard", a.Shard), slog.Int64("through_id", *a.IsolateThrough))
+		if err := s.takeover(ctx, &a); err != nil {
+			errs = append(errs, err)
+			continue
 		}
 		s.mu.Lock()
 		s.members.take(a)
 		s.mu.Unlock()
 	}
 	return len(got), errors.Join(errs...)
+}
+
+// takeShard buries the message a takeover charged its last attempt, or
+// logs the charge, and logs the isolation of a shard whose owner died.
+func (s *shardLeases) takeShard(ctx context.Context, a *store.AcquiredShard) error {
+	// A message to bury is written dead before its shard can be read: the
+	// fetcher would otherwise deliver it once more meanwhile. If the write
+	// fails, the shard is left unread until the next renewal lists it, and
+	// the message goes out once more.
+	if a.Attempts != nil && *a.Attempts >= s.cfg.MaxAttempts {
+		if err := s.bury(ctx, *a); err != nil {
+			return err
+		}
+	} else if a.Attempts != nil {
+		s.log.WarnContext(ctx, "took over a shard whose owner died delivering this message alone: the crash counts as an attempt",
+			slog.Int("shard", a.Shard), slog.Int64("outbox_id", *a.StrikeID), slog.Int("strikes", a.Strikes),
+			slog.Int("attempts", *a.Attempts))
+	}
+	if a.IsolateThrough != nil && a.Attempts == nil {
+		s.log.InfoContext(ctx, "took over a shard whose owner did not release it: delivering its first messages one at a time",
+			slog.Int("shard", a.Shard), slog.Int64("through_id", *a.IsolateThrough))
+	}
+	return nil
 }
 
 // bury writes dead the message whose owners died delivering it alone until
