@@ -74,7 +74,7 @@ type cursorLeases struct {
 	// crashes charged to messages declared when their owner died, by id,
 	// until they are read again.
 	isolating map[int]int
-	crashes   map[int64]int
+	crashes   map[int64]crash
 	// burials are the messages written dead for their crashes, with the
 	// cause, until their batch is written; then, if it held, they are
 	// buried, for the next Decide to announce.
@@ -93,7 +93,7 @@ func newCursorLeases(st *store.Store, pool *pgxpool.Pool, cfg Config, cb Callbac
 		cacheSize:   max(4*cfg.Window, 1024),
 		kick:        make(chan struct{}, 1),
 		windows:     map[int]*window{}, batchOf: map[int64]*batch{}, lastOf: map[string]last{},
-		isolating: map[int]int{}, crashes: map[int64]int{}, burials: map[int64]error{},
+		isolating: map[int]int{}, crashes: map[int64]crash{}, burials: map[int64]error{},
 	}
 	c.hung, c.takeover = c.parkHung, c.takeShard
 	return c

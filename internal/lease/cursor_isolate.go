@@ -22,6 +22,11 @@ import (
 // deliveries and crashes use up MaxAttempts it is parked dead instead of
 // being delivered.
 
+// crash is the crashes charged to a message, and its shard.
+type crash struct {
+	shard, n int
+}
+
 // takeShard records what a takeover found: the crashes charged to the
 // message its dead owner declared, and whether the shard is to be
 // isolated.
@@ -29,7 +34,7 @@ func (c *cursorLeases) takeShard(ctx context.Context, a *store.AcquiredShard) er
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if a.Attempts != nil && a.StrikeID != nil {
-		c.crashes[*a.StrikeID] = *a.Attempts
+		c.crashes[*a.StrikeID] = crash{shard: a.Shard, n: *a.Attempts}
 		c.log.WarnContext(ctx, "took over a shard whose owner died delivering this message alone: the crash counts as an attempt",
 			slog.Int("shard", a.Shard), slog.Int64("outbox_id", *a.StrikeID), slog.Int("strikes", a.Strikes),
 			slog.Int("crashes", *a.Attempts))
@@ -48,8 +53,15 @@ func (c *cursorLeases) takeShard(ctx context.Context, a *store.AcquiredShard) er
 }
 
 // isolatedIdle are the shards held under isolation with nothing in flight
-// (called under mu): each may deliver its next message.
+// (called under mu): each may deliver its next message. The isolation and
+// the crash charges of shards no longer held are forgotten: a takeover
+// reports them again.
 func (c *cursorLeases) isolatedIdle(busy map[int]bool) map[int]bool {
+	for id, x := range c.crashes {
+		if _, held := c.members.held[x.shard]; !held {
+			delete(c.crashes, id)
+		}
+	}
 	out := map[int]bool{}
 	for shard := range c.isolating {
 		if _, held := c.members.held[shard]; !held {
@@ -135,7 +147,8 @@ func (c *cursorLeases) charge(rows []store.Row) []store.Row {
 	out := rows[:0]
 	kicked := false
 	for _, r := range rows {
-		n, ok := c.crashes[r.ID]
+		x, ok := c.crashes[r.ID]
+		n := x.n
 		if !ok {
 			out = append(out, r)
 			continue
