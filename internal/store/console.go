@@ -67,7 +67,7 @@ func (c *consoleSQL) where(text string) string {
 // (r): a name may contain "{{rows}}" itself.
 func loadConsole(r *strings.Replacer, rows string) consoleSQL {
 	load := func(name string) string { return r.Replace(rawSQL(name)) }
-	read := func(name string) string { return r.Replace(strings.ReplaceAll(rawSQL(name), "{{rows}}", rows)) }
+	read := func(name string) string { return readRows(r, rows, name) }
 	breakdown := read("sql/breakdown.sql")
 	return consoleSQL{
 		messages:           read("sql/console_messages.sql"),
@@ -90,6 +90,12 @@ func loadConsole(r *strings.Replacer, rows string) consoleSQL {
 		owners:             load("sql/dispatchers.sql"),
 		maxID:              load("sql/max_id.sql"),
 	}
+}
+
+// readRows is the statement name reading rows ({{rows}}), with the names
+// in.
+func readRows(r *strings.Replacer, rows, name string) string {
+	return r.Replace(strings.ReplaceAll(rawSQL(name), "{{rows}}", rows))
 }
 
 // MaxID returns the highest id in the table (0 when it is empty) and the
@@ -252,9 +258,9 @@ func cursorConsole(r *strings.Replacer) consoleSQL {
 	c.terms = strings.NewReplacer(terms["status_dead"], r.Replace(terms["cursor_status_dead"]))
 	// The bulk writes pick from the rows as the console reads them, and
 	// write the parked table (replay: and the row's headers).
-	read := func(name string) string { return r.Replace(strings.ReplaceAll(rawSQL(name), "{{rows}}", rows)) }
-	c.deadRetry, c.deadSkip, c.replay = read("sql/cursor_dead_retry_batch.sql"), read("sql/cursor_dead_skip_batch.sql"),
-		read("sql/cursor_replay_batch.sql")
+	c.deadRetry = readRows(r, rows, "sql/cursor_dead_retry_batch.sql")
+	c.deadSkip = readRows(r, rows, "sql/cursor_dead_skip_batch.sql")
+	c.replay = readRows(r, rows, "sql/cursor_replay_batch.sql")
 	breakdown := withFragments(rawSQL("sql/cursor_breakdown.sql"))
 	c.breakdownEvent = r.Replace(strings.ReplaceAll(breakdown, "{{key}}", "event_type"))
 	c.breakdownAggregate = r.Replace(strings.ReplaceAll(breakdown, "{{key}}", "aggregate_type"))
