@@ -148,6 +148,24 @@ func (c *cursorLeases) record(b *batch, w store.RowWrite) (bool, []Decision) {
 	return true, nil
 }
 
+// drop settles one of b's messages that goes out no more, with no
+// decision to come (under mu): held back behind an earlier message of its
+// aggregate (w carries no status), or parked dead for its crashes. Its
+// outcome is parked with its batch; a batch of parked messages it
+// completes is queued to be written, as record queues one.
+func (c *cursorLeases) drop(b *batch, w store.RowWrite) {
+	if !b.settle(w.ID, w) {
+		return
+	}
+	delete(c.batchOf, w.ID)
+	if b.complete() {
+		if b.hi == "" && !b.dead {
+			c.undecided = append(c.undecided, b)
+		}
+		c.kickCompleter()
+	}
+}
+
 // Claim reads the parked messages that are due (at most once per poll
 // interval unless one is known to be due), then the windows of the shards
 // held: a load of the windows whose ids are used up, then the rows of up
@@ -426,9 +444,7 @@ func (c *cursorLeases) readWindows(ctx context.Context, room int, isolated, take
 		b.fetched(r)
 		if r.Blocked {
 			// Held back behind an earlier parked message of its aggregate.
-			b.settle(r.ID, store.RowWrite{ID: r.ID})
-			delete(c.batchOf, r.ID)
-			kicked = b.complete() || kicked
+			c.drop(b, store.RowWrite{ID: r.ID})
 			continue
 		}
 		out = append(out, *r)
@@ -548,22 +564,16 @@ func (c *cursorLeases) chain(rows []store.Row, began uint64) []store.Row {
 	if !c.cfg.Ordered {
 		return rows
 	}
-	var blocked map[string]bool
+	blocked := make(map[string]bool, len(c.undelivered))
 	for _, u := range c.undelivered {
-		if blocked == nil {
-			blocked = map[string]bool{}
-		}
 		blocked[u.agg] = true
 	}
 	kept := rows[:0]
-	kicked := false
 	for i := range rows {
 		r := &rows[i]
 		if blocked[r.AggregateID] {
 			if b := c.batchOf[r.ID]; b != nil {
-				b.settle(r.ID, store.RowWrite{ID: r.ID})
-				delete(c.batchOf, r.ID)
-				kicked = b.complete() || kicked
+				c.drop(b, store.RowWrite{ID: r.ID})
 			}
 			continue
 		}
@@ -574,9 +584,6 @@ func (c *cursorLeases) chain(rows []store.Row, began uint64) []store.Row {
 		}
 		c.lastOf[r.AggregateID] = last{id: r.ID, read: began}
 		kept = append(kept, *r)
-	}
-	if kicked {
-		c.kickCompleter()
 	}
 	return kept
 }
@@ -731,12 +738,11 @@ func (c *cursorLeases) Abandon() []Decision {
 // aggregate), which are parked with the batch they were read in.
 func (c *cursorLeases) Settled(writes []store.RowWrite) {
 	c.mu.Lock()
-	kicked := false
+	defer c.mu.Unlock()
 	for _, w := range writes {
-		if b := c.batchOf[w.ID]; b != nil && b.lease.Token == w.LeaseVersion && b.settle(w.ID, store.RowWrite{ID: w.ID}) {
+		if b := c.batchOf[w.ID]; b != nil && b.lease.Token == w.LeaseVersion {
 			// Forgotten unwritten: held back, parked with its batch.
-			delete(c.batchOf, w.ID)
-			kicked = kicked || b.complete()
+			c.drop(b, store.RowWrite{ID: w.ID})
 		}
 		agg, inFlight := c.flight.aggs[w.ID]
 		if !inFlight {
@@ -750,10 +756,6 @@ func (c *cursorLeases) Settled(writes []store.RowWrite) {
 		}
 	}
 	c.flight.settle(writes)
-	c.mu.Unlock()
-	if kicked {
-		c.kickCompleter()
-	}
 }
 
 // Ordered and Chained: as under shard leases.

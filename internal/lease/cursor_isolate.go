@@ -145,7 +145,6 @@ func (c *cursorLeases) charge(rows []store.Row) []store.Row {
 		return rows
 	}
 	out := rows[:0]
-	kicked := false
 	for _, r := range rows {
 		x, ok := c.crashes[r.ID]
 		n := x.n
@@ -166,15 +165,7 @@ func (c *cursorLeases) charge(rows []store.Row) []store.Row {
 		cause := fmt.Errorf("lease expired after max attempts: dispatcher died %d times delivering this message alone", n)
 		e.failed += n
 		c.burials[r.ID] = cause
-		delete(c.batchOf, r.ID)
-		b.settle(r.ID, store.RowWrite{ID: r.ID, LeaseVersion: b.lease.Token, Status: store.StatusDead, Error: cause.Error(), Refund: true})
-		kicked = b.complete() || kicked
-		if b.hi == "" && b.complete() && !b.dead {
-			c.undecided = append(c.undecided, b)
-		}
-	}
-	if kicked {
-		c.kickCompleter()
+		c.drop(b, store.RowWrite{ID: r.ID, LeaseVersion: b.lease.Token, Status: store.StatusDead, Error: cause.Error(), Refund: true})
 	}
 	return out
 }

@@ -86,3 +86,50 @@ func TestCursorFailureDuringAReadHoldsTheAggregateBack(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, again)
 }
+
+// A batch of parked messages whose last message to settle is one held
+// back unwritten (the chains could not take it) is written all the same:
+// the outcomes of the others are decided, not left waiting.
+func TestCursorParkedBatchCompletedByAHeldBackMessage(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := testdb.Pool(t)
+	schema := testdb.NewSchema(t)
+	st, err := store.New(schema + ".outbox")
+	require.NoError(t, err)
+	require.NoError(t, st.Migrate(ctx, pool))
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return st.EnableShards(ctx, tx, 1) }))
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return st.EnableCursor(ctx, tx) }))
+	_, err = pool.Exec(ctx, `INSERT INTO `+st.QuotedTable()+` (aggregate_type, aggregate_id, event_type, payload)
+		VALUES ('order', 'a', 'E', '{}'), ('order', 'b', 'E', '{}')`)
+	require.NoError(t, err)
+	c := newCursorLeases(st, pool, Config{Kind: Cursors, Owner: "me", Lease: time.Minute, MaxAttempts: 5, Ordered: true,
+		PublishTimeout: time.Second, PollInterval: time.Hour, Window: 20}, Callbacks{},
+		slog.New(slog.NewTextHandler(io.Discard, nil)), 1, NewRegistry(nil))
+	_, err = c.acquire(ctx, 1)
+	require.NoError(t, err)
+
+	first, _, err := c.Claim(ctx, 10, false)
+	require.NoError(t, err)
+	require.Len(t, first, 2)
+	var failed []store.RowWrite
+	for _, r := range first {
+		failed = append(failed, store.RowWrite{ID: r.ID, LeaseVersion: r.LeaseVersion, Status: store.StatusPending, Error: "busy"})
+	}
+	decided, err := c.Decide(ctx, failed)
+	require.NoError(t, err)
+	require.Len(t, decided, 2)
+	c.Settled(failed)
+
+	parked, _, err := c.Claim(ctx, 10, true)
+	require.NoError(t, err)
+	require.Len(t, parked, 2, "both parked messages read in one batch")
+	delivered := store.RowWrite{ID: parked[1].ID, LeaseVersion: parked[1].LeaseVersion, Status: store.StatusDone}
+	decided, err = c.Decide(ctx, []store.RowWrite{delivered})
+	require.NoError(t, err)
+	require.Empty(t, decided, "its batch waits for the other message")
+	c.Settled([]store.RowWrite{{ID: parked[0].ID, LeaseVersion: parked[0].LeaseVersion}}) // held back unwritten
+	decided, err = c.Decide(ctx, nil)
+	require.NoError(t, err)
+	require.Equal(t, []Decision{{ID: delivered.ID, Token: delivered.LeaseVersion, Held: true}}, decided)
+}
