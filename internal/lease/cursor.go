@@ -182,7 +182,7 @@ func (c *cursorLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]
 	c.mu.Lock()
 	began := c.begin()
 	tokens := c.sync()
-	idle := c.isolatedIdle(c.flight.busy())
+	idle := c.isolatedIdle()
 	var parkedFrom, isolatedFrom []store.ShardLease
 	var exclude []int64
 	if !c.parkedAt.After(now) || clearWait {

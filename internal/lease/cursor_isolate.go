@@ -56,12 +56,16 @@ func (c *cursorLeases) takeShard(ctx context.Context, a *store.AcquiredShard) er
 // (called under mu): each may deliver its next message. The isolation and
 // the crash charges of shards no longer held are forgotten: a takeover
 // reports them again.
-func (c *cursorLeases) isolatedIdle(busy map[int]bool) map[int]bool {
+func (c *cursorLeases) isolatedIdle() map[int]bool {
 	for id, x := range c.crashes {
 		if _, held := c.members.held[x.shard]; !held {
 			delete(c.crashes, id)
 		}
 	}
+	if len(c.isolating) == 0 {
+		return nil // the usual case: no walk of the messages in flight
+	}
+	busy := c.flight.busy()
 	out := map[int]bool{}
 	for shard := range c.isolating {
 		if _, held := c.members.held[shard]; !held {
