@@ -99,4 +99,6 @@ func TestBatchSizeDefaultFollowsLeaseMode(t *testing.T) {
 	require.Equal(t, outbox.BatchSizeDefault, (&outbox.Config{}).WithDefaults().BatchSize)
 	require.Equal(t, outbox.BatchSizeShardsDefault, (&outbox.Config{LeaseMode: outbox.LeaseShards}).WithDefaults().BatchSize)
 	require.Equal(t, 50, (&outbox.Config{LeaseMode: outbox.LeaseShards, BatchSize: 50}).WithDefaults().BatchSize)
+	require.Equal(t, 1000, (&outbox.Config{LeaseMode: outbox.LeaseCursor}).WithDefaults().BatchSize)
+	require.Equal(t, 50, (&outbox.Config{LeaseMode: outbox.LeaseCursor, BatchSize: 50}).WithDefaults().BatchSize)
 }

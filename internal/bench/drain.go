@@ -44,6 +44,7 @@ func (l *lagRecorder) count() int {
 func (b *Benchmarker) drain(ctx context.Context, variant string) (float64, error) {
 	c := b.cfg
 	fmt.Fprintf(c.Stdout, "\n== %s: drain %d messages (table also holds %d done rows)\n", variant, c.Messages, c.DoneRows)
+	b.checkpoint(ctx)
 	t, drop, err := b.table(ctx, c.DoneRows, c.Messages)
 	defer drop()
 	if err != nil {
