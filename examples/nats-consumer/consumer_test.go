@@ -66,7 +66,12 @@ func setup(t *testing.T) *testBundle {
 	suffix := hex.EncodeToString(b[:])
 	stream := "INBOX_EXAMPLE_" + strings.ToUpper(suffix)
 	subject := "inboxexample." + suffix + ".orders"
-	_, err = js.CreateStream(t.Context(), jetstream.StreamConfig{Name: stream, Subjects: []string{subject}})
+	// Memory storage: these tests are about the consumer, and a file store
+	// adds a failure (creating its directory on a busy disk) that is the
+	// server's, not the example's.
+	_, err = js.CreateStream(t.Context(), jetstream.StreamConfig{
+		Name: stream, Subjects: []string{subject}, Storage: jetstream.MemoryStorage,
+	})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
