@@ -702,3 +702,22 @@ func TestCursorLeasesPoisonGoesDead(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT strike_id FROM "+pgx.Identifier{b.schema, "outbox_shards"}.Sanitize()).Scan(&strike))
 	require.Nil(t, strike, "the isolation ended once the shard had nothing left to deliver")
 }
+
+// Messages delivered before the table had shards are replayed under
+// snapshot cursors: they have no shard of their own and are parked under
+// their aggregate's.
+func TestCursorLeasesReplayMessagesFromBeforeShards(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	a := b.enqueueN(t, 2, "a")
+	b.exec(t, "UPDATE "+b.quoted+" SET status = 'done', done_at = now()")
+	require.NoError(t, b.admin.EnableShards(t.Context(), 4))
+	require.NoError(t, b.admin.EnableCursors(t.Context()))
+	b.cursors = true
+	n, err := b.admin.Replay(t.Context(), outbox.Filter{AggregateID: "a"}, outbox.ReplayOpts{Name: "old"})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	rec := newRecorder(nil)
+	drain(t, b.dispatcher(t, rec.Sink(), cursorConfig(outbox.Config{Ordered: true})))
+	require.Equal(t, a, rec.IDs(), "both, in order")
+}

@@ -72,6 +72,7 @@ const (
 	suffixShardMembers = "_shard_members"
 	suffixShard        = "_shard" // the shard function (schema-qualified) and its trigger
 	suffixShardIndex   = "_shard_ready"
+	suffixShardFill    = "_shard_fill" // the function (schema-qualified) and trigger that give an updated row from before shards its shard
 	// Snapshot cursors (Store.EnableCursor).
 	suffixCursorIndex     = "_cursor"
 	suffixParked          = "_parked"
@@ -134,6 +135,8 @@ func (t Table) replacer() *strings.Replacer {
 		"{{shard_function}}", t.ident(suffixShard),
 		"{{shard_trigger}}", t.bare(suffixShard),
 		"{{shard_index}}", t.bare(suffixShardIndex),
+		"{{shard_fill_function}}", t.ident(suffixShardFill),
+		"{{shard_fill_trigger}}", t.bare(suffixShardFill),
 		"{{cursor_index}}", t.bare(suffixCursorIndex),
 		"{{parked}}", t.ident(suffixParked),
 		"{{parked_shard_index}}", t.bare(suffixParkedShard),

@@ -107,6 +107,47 @@ func TestMigrateDryRun(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, res.Steps)
 	})
+	t.Run("ShardTriggerOfAnEarlierVersion", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.exec(t, `INSERT INTO {{table}} (aggregate_type, aggregate_id, event_type, payload, status)
+		           VALUES ('o', 'a', 'E', '{}', 'dead')`)
+		require.NoError(t, b.enableShards(t, 4))
+		// The shape an earlier version left: one BEFORE INSERT OR UPDATE
+		// trigger, no fill function.
+		fill := strings.TrimSuffix(b.st.QuotedTable(), `"`) + `_shard_fill"`
+		b.exec(t, `DROP TRIGGER outbox_shard_fill ON {{table}}`)
+		b.exec(t, `DROP FUNCTION `+fill+`()`)
+		b.exec(t, `DROP TRIGGER outbox_shard ON {{table}}`)
+		b.exec(t, `CREATE TRIGGER outbox_shard BEFORE INSERT OR UPDATE ON {{table}}
+		           FOR EACH ROW WHEN (NEW.shard IS NULL) EXECUTE FUNCTION `+strings.TrimSuffix(b.st.QuotedTable(), `"`)+`_shard"()`)
+		res, err := b.st.MigrateWith(t.Context(), b.pool, store.MigrateOptions{DryRun: true})
+		require.NoError(t, err)
+		require.Equal(t, []string{"007_shard_fill: shard fill function", "007_shard_fill: shard triggers"}, res.Steps)
+
+		_, err = b.st.MigrateWith(t.Context(), b.pool, store.MigrateOptions{})
+		require.NoError(t, err)
+		var types []int16
+		require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT array_agg(tgtype ORDER BY tgname) FROM pg_trigger
+		    WHERE tgrelid = $1::regclass AND tgname IN ('outbox_shard', 'outbox_shard_fill')`, b.st.QuotedTable()).Scan(&types))
+		require.Equal(t, []int16{7, 17}, types, "BEFORE INSERT and AFTER UPDATE, each FOR EACH ROW")
+
+		// The dead row from before shards, retried, gets its shard; a new
+		// row gets one at insert.
+		b.exec(t, `UPDATE {{table}} SET status = 'pending' WHERE status = 'dead'`)
+		b.exec(t, `INSERT INTO {{table}} (aggregate_type, aggregate_id, event_type, payload) VALUES ('o', 'b', 'E', '{}')`)
+		var without int
+		require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM `+b.st.QuotedTable()+` WHERE shard IS NULL`).Scan(&without))
+		require.Zero(t, without)
+		var want, got []int32
+		require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT array_agg(((hashtextextended(aggregate_id, 0) & 2147483647) % 4)::int ORDER BY id),
+		    array_agg(shard ORDER BY id) FROM `+b.st.QuotedTable()).Scan(&want, &got))
+		require.Equal(t, want, got, "the shard of each row is its aggregate's")
+
+		res, err = b.st.MigrateWith(t.Context(), b.pool, store.MigrateOptions{DryRun: true})
+		require.NoError(t, err)
+		require.Empty(t, res.Steps)
+	})
 	t.Run("TableWithoutUID", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

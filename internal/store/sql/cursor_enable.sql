@@ -41,9 +41,13 @@ CREATE INDEX IF NOT EXISTS {{parked_aggregate_index}} ON {{parked}} (aggregate_i
 -- The dead rows from before move to the parked table, where the dead
 -- messages of a cursor table are listed, retried and skipped; their status
 -- column reads done, what they are once retried and delivered, or skipped
--- (the shard trigger gives them their shard on the way).
+-- (and get their shard on the way: rows dead before shards were enabled
+-- have none).
 WITH moved AS (
-    UPDATE {{table}} SET status = 'done'
+    UPDATE {{table}}
+    SET status = 'done',
+        shard = coalesce(shard, ((hashtextextended(aggregate_id, 0) & 2147483647)
+                                 % (SELECT count(*) FROM {{shards}}))::integer)
     WHERE status = 'dead' AND xid IS NULL
     RETURNING id, shard, aggregate_id, attempts, available_at, last_error
 )

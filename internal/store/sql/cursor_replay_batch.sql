@@ -11,8 +11,14 @@
 -- Fenced on being delivered: a message is picked only if its derived
 -- status is done, and parked only if it is not parked already (a parked
 -- message is waiting or dead, not done).
+-- A message delivered before shards were enabled has no shard: it is
+-- parked under its aggregate's.
 WITH picked AS (
-    SELECT id, shard, aggregate_id FROM {{rows}}
+    SELECT id,
+           coalesce(shard, ((hashtextextended(aggregate_id, 0) & 2147483647)
+                            % (SELECT count(*) FROM {{shards}}))::integer) AS shard,
+           aggregate_id
+    FROM {{rows}}
     WHERE status = 'done' AND {{where}}
     ORDER BY id
     LIMIT $1
