@@ -1203,7 +1203,7 @@ func testShardLeases(t *testing.T, bin string) {
 	require.Regexp(t, `(?m)^throughput\s+[0-9]+ messages/s$`, r.stdout)
 	require.Regexp(t, `(?m)^delivered\s+2000 in `, r.stdout)
 	require.Regexp(t, `(?m)^server CPU/msg\s+[0-9]+\.[0-9] µs \(every postgres process`, r.stdout, "the suite's server runs on this machine")
-	require.Regexp(t, `(?m)^outboxd bench on .*, batch 500, shard leases, unordered$`, r.stdout)
+	require.Regexp(t, `(?m)^outboxd bench on .*, batch 1000, shard leases, unordered$`, r.stdout)
 	requireNoSchemasLeft(t, b.cmd.Process.Pid)
 
 	// One aggregate's backlog: every message in order, one after another.

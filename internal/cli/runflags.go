@@ -29,7 +29,7 @@ func (r *runFlags) register(fs *flag.FlagSet, defaultSink string) {
 	fs.StringVar(&r.sink, "sink", defaultSink, "sink URL: stdout:, http(s)://..., null:")
 	fs.IntVar(&r.workers, "workers", outbox.WorkersDefault, "concurrent publishes")
 	setsField(fs, "workers", "Workers")
-	fs.IntVar(&r.batch, "batch", 0, fmt.Sprintf("rows per claim (default %d; %d under --lease-mode shard, %d under cursor)", outbox.BatchSizeDefault, outbox.BatchSizeShardsDefault, outbox.BatchSizeCursorDefault))
+	fs.IntVar(&r.batch, "batch", 0, fmt.Sprintf("rows per claim (default %d; %d under --lease-mode shard or cursor)", outbox.BatchSizeDefault, outbox.BatchSizeShardsDefault))
 	setsField(fs, "batch", "BatchSize")
 	fs.IntVar(&r.maxAttempts, "max-attempts", outbox.MaxAttemptsDefault, "claims per message before it goes dead")
 	setsField(fs, "max-attempts", "MaxAttempts")
