@@ -205,7 +205,7 @@ func (d *Dispatcher) run(ctx context.Context, drain bool) error {
 
 // relay runs the stages until the fetcher stops (ctx done, or drained): the
 // fetcher claims into claims, the workers publish and answer with verdicts,
-// the completer writes them. On the way out each stage finishes what it
+// the completers write them. On the way out each stage finishes what it
 // holds: queued claims are released, in-flight publishes end, every verdict
 // is written.
 func (d *Dispatcher) relay(ctx context.Context, drain bool, mode lease.Mode, leases *lease.Registry) {
@@ -228,16 +228,15 @@ func (d *Dispatcher) relay(ctx context.Context, drain bool, mode lease.Mode, lea
 	for range d.cfg.Workers {
 		workers.Go(func() { w.run(ctx, claims, verdicts) })
 	}
-	c := newCompleter(d, mode, capacity, leases, size)
-	if b, ok := mode.(lease.Batched); ok {
-		c = newBatchedCompleter(d, b, capacity, leases, size)
+	var completers sync.WaitGroup
+	for range d.cfg.completers() {
+		c := newCompleter(d, mode, capacity, leases, size)
+		if b, ok := mode.(lease.Batched); ok {
+			c = newBatchedCompleter(d, b, capacity, leases, size)
+		}
+		c.chains = chained
+		completers.Go(func() { c.run(verdicts) })
 	}
-	c.chains = chained
-	completed := make(chan struct{})
-	go func() {
-		defer close(completed)
-		c.run(verdicts)
-	}()
 
 	f := &fetcher{
 		engine: d.engine(), cfg: d.cfg.fetchConfig(), mode: mode, store: d.store, pool: d.pool, sizer: d.sizer, breaker: &d.breaker,
@@ -249,7 +248,7 @@ func (d *Dispatcher) relay(ctx context.Context, drain bool, mode lease.Mode, lea
 	close(claims)
 	workers.Wait()
 	close(verdicts)
-	<-completed
+	completers.Wait()
 }
 
 // engine is what every stage of a run reports to and reads the time from.

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -887,4 +888,55 @@ func TestShardLeasesUnorderedDeliverAnAggregateConcurrently(t *testing.T) {
 	slices.Sort(got)
 	require.Equal(t, ids, slices.Compact(got), "each message delivered")
 	require.Equal(t, 60, b.countStatus(t, "done"))
+}
+
+// overlapHook holds the first finalize's completer in its hook until a
+// second finalize was written, and records whether one was.
+type overlapHook struct {
+	outbox.BaseHook
+	calls      sync.Mutex
+	n          int
+	second     chan struct{}
+	overlapped chan bool
+}
+
+func (h *overlapHook) OnFinalize(ev outbox.FinalizeEvent) {
+	if ev.Err != nil || ev.Retrying {
+		return
+	}
+	h.calls.Lock()
+	h.n++
+	n := h.n
+	h.calls.Unlock()
+	switch n {
+	case 1:
+		select {
+		case <-h.second:
+			h.overlapped <- true
+		case <-time.After(5 * time.Second):
+			h.overlapped <- false
+		}
+	case 2:
+		close(h.second)
+	}
+}
+
+// Unordered shard leases write with two completers: a batch is finalized
+// while the completer of the one before it is still settling it. Ordered,
+// one completer keeps each aggregate's messages committed in the order
+// they were delivered.
+func TestShardLeasesUnorderedFinalizesOverlap(t *testing.T) {
+	t.Parallel()
+	b := shardBundle(t, 4)
+	for i := range 20 {
+		b.enqueueN(t, 5, fmt.Sprintf("agg-%d", i))
+	}
+	h := &overlapHook{second: make(chan struct{}), overlapped: make(chan bool, 1)}
+	cfg := shardConfig(outbox.Config{BatchSize: 10, Hook: h})
+	cfg.Ordered = false
+	rec := newRecorder(nil)
+	drain(t, b.dispatcher(t, rec.Sink(), cfg))
+	require.Len(t, rec.IDs(), 100)
+	require.True(t, <-h.overlapped, "a second finalize was written while the first completer was held")
+	require.Equal(t, 100, b.countStatus(t, "done"))
 }
