@@ -67,6 +67,7 @@ const (
 	suffixDead      = "_dead"
 	suffixDone      = "_done"
 	suffixAudit     = "_audit"
+	suffixNonEmpty  = "_nonempty" // the check constraint refusing empty names
 	// Shard leases (Store.EnableShards).
 	suffixShards       = "_shards"
 	suffixShardMembers = "_shard_members"
@@ -130,6 +131,7 @@ func (t Table) replacer() *strings.Replacer {
 		"{{dead_index}}", t.bare(suffixDead),
 		"{{done_index}}", t.bare(suffixDone),
 		"{{audit}}", t.ident(suffixAudit),
+		"{{nonempty_check}}", t.bare(suffixNonEmpty),
 		"{{shards}}", t.ident(suffixShards),
 		"{{shard_members}}", t.ident(suffixShardMembers),
 		"{{shard_function}}", t.ident(suffixShard),

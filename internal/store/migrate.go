@@ -42,6 +42,10 @@ type MigrateResult struct {
 	Steps []string
 	// SQL is the script of those steps as they run.
 	SQL string
+	// EmptyNames counts the rows with an empty aggregate_type,
+	// aggregate_id or event_type: while any exists the check constraint
+	// refusing them (migration 008) checks new rows only.
+	EmptyNames int64
 }
 
 // MigrateDB is a pool, from which migrate takes one connection for the run,
@@ -101,10 +105,14 @@ func (s *Store) MigrateWith(ctx context.Context, db MigrateDB, o MigrateOptions)
 			return MigrateResult{}, err
 		}
 	}
-	if len(p.groups) > 0 {
-		log.Info("migrate: table is current", slog.Int("steps_applied", len(p.result().Steps)))
+	res := p.result()
+	if res.EmptyNames, err = q.validateNonEmpty(ctx, conn, o.LockTimeout, log); err != nil {
+		return MigrateResult{}, err
 	}
-	return p.result(), nil
+	if len(p.groups) > 0 {
+		log.Info("migrate: table is current", slog.Int("steps_applied", len(res.Steps)))
+	}
+	return res, nil
 }
 
 // MinServerVersion is the oldest PostgreSQL supported, as

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -71,7 +72,7 @@ func TestMigrateDryRun(t *testing.T) {
 			"001_create: leased index", "001_create: aggregate index", "001_create: waiters table",
 			"001_create: wake function", "001_create: wake trigger", "002_headers: headers column",
 			"003_console: dead index", "003_console: audit table", "004_retention: done index",
-			"006_uid: uid column"}, res.Steps)
+			"006_uid: uid column", "008_nonempty: non-empty names"}, res.Steps)
 		require.True(t, strings.HasPrefix(res.SQL, "BEGIN;\nSET LOCAL lock_timeout = '2000ms';\n"), res.SQL)
 		require.Contains(t, res.SQL, `CREATE SCHEMA IF NOT EXISTS "`+schema+`";`)
 		require.Contains(t, res.SQL, `CREATE TABLE IF NOT EXISTS "`+schema+`"."outbox" (`)
@@ -147,6 +148,52 @@ func TestMigrateDryRun(t *testing.T) {
 		res, err = b.st.MigrateWith(t.Context(), b.pool, store.MigrateOptions{DryRun: true})
 		require.NoError(t, err)
 		require.Empty(t, res.Steps)
+	})
+	t.Run("TableWithEmptyNames", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		valid := func() bool {
+			t.Helper()
+			var v bool
+			require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT convalidated FROM pg_constraint
+			    WHERE conrelid = $1::regclass AND conname = 'outbox_nonempty'`, b.st.QuotedTable()).Scan(&v))
+			return v
+		}
+		require.True(t, valid(), "a new table's constraint is validated")
+		insert := func(aggType, aggID, event string) error {
+			_, err := b.pool.Exec(t.Context(), `INSERT INTO `+b.st.QuotedTable()+
+				` (aggregate_type, aggregate_id, event_type, payload) VALUES ($1, $2, $3, '{}')`, aggType, aggID, event)
+			return err
+		}
+		for _, row := range [][3]string{{"", "a", "E"}, {"o", "", "E"}, {"o", "a", ""}} {
+			var pe *pgconn.PgError
+			require.ErrorAs(t, insert(row[0], row[1], row[2]), &pe, "%q refused", row)
+			require.Equal(t, "23514", pe.Code)
+			require.Equal(t, "outbox_nonempty", pe.ConstraintName)
+		}
+
+		// A table of an earlier version, with two such rows.
+		b.exec(t, `ALTER TABLE {{table}} DROP CONSTRAINT outbox_nonempty`)
+		require.NoError(t, insert("o", "", "E"))
+		require.NoError(t, insert("o", "a", ""))
+		require.NoError(t, insert("o", "a", "E"))
+		res, err := b.st.MigrateWith(t.Context(), b.pool, store.MigrateOptions{})
+		require.NoError(t, err, "the rows from before do not fail migrate")
+		require.Equal(t, []string{"008_nonempty: non-empty names"}, res.Steps)
+		require.EqualValues(t, 2, res.EmptyNames)
+		require.False(t, valid(), "not validated while rows violate it")
+		require.Error(t, insert("o", "", "E"), "new rows are refused at once")
+		require.NoError(t, insert("o", "b", "E"))
+
+		b.exec(t, `DELETE FROM {{table}} WHERE aggregate_id = '' OR event_type = ''`)
+		res, err = b.st.MigrateWith(t.Context(), b.pool, store.MigrateOptions{})
+		require.NoError(t, err)
+		require.Empty(t, res.Steps)
+		require.Zero(t, res.EmptyNames)
+		require.True(t, valid(), "validated once no row violates it")
+		var n int
+		require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM `+b.st.QuotedTable()).Scan(&n))
+		require.Equal(t, 2, n, "migrate deleted nothing")
 	})
 	t.Run("TableWithoutUID", func(t *testing.T) {
 		t.Parallel()
