@@ -316,7 +316,13 @@ func (d *Dispatcher) publish(ctx context.Context, msg *Message) (err error) {
 	if err := failpoint.Error("publish-error"); err != nil {
 		return err
 	}
-	return d.sink.Publish(ctx, msg)
+	msg.dropped = msg.dropped[:0]
+	err = d.sink.Publish(ctx, msg)
+	if len(msg.dropped) > 0 && msg.Attempt <= 1 {
+		d.log.WarnContext(ctx, "headers not sent: the sink cannot carry them or reserves their names",
+			slog.Int64("outbox_id", msg.ID), slog.Any("headers", msg.DroppedHeaders()))
+	}
+	return err
 }
 
 type panicError struct{ value any }

@@ -2,12 +2,18 @@ package outbox_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/internal/testio"
 )
 
 func TestHeadersReachTheSink(t *testing.T) {
@@ -56,4 +62,42 @@ func TestOutdatedTableIsUpgradedByMigrate(t *testing.T) {
 	rec := newRecorder(nil)
 	drain(t, b.dispatcher(t, rec.Sink(), nil))
 	require.Equal(t, 2, rec.Len())
+}
+
+// Producer headers a sink does not send are logged with their names, once
+// per message: not again on each retry.
+func TestDroppedHeadersAreLoggedOncePerMessage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.enqueue(t, outbox.NewMessage{AggregateType: "order", AggregateID: "1", EventType: "E", Payload: 1,
+		Headers: map[string]string{"x-ok": "1", "Bad Name": "2"}})
+	var calls atomic.Int32
+	sink := outbox.SinkFunc(func(_ context.Context, m *outbox.Message) error {
+		for k := range m.Headers {
+			if strings.Contains(k, " ") {
+				m.DropHeader(k)
+			}
+		}
+		if calls.Add(1) < 3 {
+			return outbox.Retryable(errors.New("not yet"))
+		}
+		return nil
+	})
+	var logs testio.Buffer
+	cfg := &outbox.Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil)), RetryBase: time.Millisecond, RetryCap: 5 * time.Millisecond}
+	drain(t, b.dispatcher(t, sink, cfg))
+	require.EqualValues(t, 3, calls.Load(), "two retries, then delivered")
+
+	var lines []map[string]any
+	for line := range strings.Lines(logs.String()) {
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &rec))
+		if strings.HasPrefix(rec["msg"].(string), "headers not sent") {
+			lines = append(lines, rec)
+		}
+	}
+	require.Len(t, lines, 1, "one line for the message, not one per attempt")
+	require.Equal(t, "WARN", lines[0]["level"])
+	require.EqualValues(t, ids[0], lines[0]["outbox_id"])
+	require.Equal(t, []any{"Bad Name"}, lines[0]["headers"])
 }

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -48,6 +49,23 @@ type Message struct {
 	// column), passed on by every sink; nil when there are none. A sink
 	// never lets them override its own protocol headers.
 	Headers map[string]string
+
+	// dropped are the names of Headers the sink did not send.
+	dropped []string
+}
+
+// DropHeader records that the sink leaves the producer header name (a key
+// of Headers) out of what it sends: a name its protocol reserves, or a
+// name or value it cannot carry. Every sink calls it for each such header;
+// the dispatcher logs them, once per message (on its first attempt).
+func (m *Message) DropHeader(name string) { m.dropped = append(m.dropped, name) }
+
+// DroppedHeaders returns the names given to DropHeader during this
+// publish, sorted.
+func (m *Message) DroppedHeaders() []string {
+	out := slices.Clone(m.dropped)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // IDString returns the message's identity as every sink sends it

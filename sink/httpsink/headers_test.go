@@ -177,6 +177,8 @@ func TestPublishSkipsInvalidMessageHeaders(t *testing.T) {
 		"X-Also-Kept!#$&*": {"ok"},
 		"X-Unicode-Value":  {"café"},
 	}, added)
+	require.Equal(t, []string{"", "Colon:Name", "Has Space", "X-Del", "X-Injected", "X-Nul", "Ünicode"}, msg.DroppedHeaders(),
+		"each header left out is reported, for the dispatcher's log")
 }
 
 func TestPublishMarksAReplay(t *testing.T) {

@@ -262,6 +262,7 @@ func (s *Sink) Publish(ctx context.Context, msg *outbox.Message) error {
 	for k, v := range msg.Headers {
 		ck := http.CanonicalHeaderKey(k)
 		if _, taken := h[ck]; taken || reservedHeaders.Has(ck) || !validHeaderName(k) || !validHeaderValue(v) {
+			msg.DropHeader(k)
 			continue
 		}
 		h[ck] = []string{v}

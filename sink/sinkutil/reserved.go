@@ -39,9 +39,9 @@ func (r Reserved) Has(name string) bool {
 
 // Headers returns the metadata of m in a fixed order: the Outbox-* headers,
 // then the producer's headers (m.Headers, e.g. traceparent) sorted by name,
-// leaving out those r reserves and empty names. Every other producer header
-// passes, so a "Nats-" header reaches a Kafka, AMQP or MQTT consumer
-// untouched.
+// leaving out those r reserves and empty names (each reported to
+// m.DropHeader). Every other producer header passes, so a "Nats-" header
+// reaches a Kafka, AMQP or MQTT consumer untouched.
 func (r Reserved) Headers(m *outbox.Message) []Header {
 	hs := ownHeaders(m)
 	if len(m.Headers) == 0 {
@@ -50,6 +50,7 @@ func (r Reserved) Headers(m *outbox.Message) []Header {
 	keys := make([]string, 0, len(m.Headers))
 	for k := range m.Headers {
 		if k == "" || r.Has(k) {
+			m.DropHeader(k)
 			continue
 		}
 		keys = append(keys, k)

@@ -49,6 +49,7 @@ func TestHeadersPassProducerHeaders(t *testing.T) {
 	require.Equal(t, []sinkutil.Header{{Key: "traceparent", Value: "00-abc-def-01"}, {Key: "x-b", Value: "2"}}, hs[8:],
 		"producer headers follow the sink's own, sorted, and never replace them")
 	require.Len(t, sinkutil.Reserved{}.Headers(&outbox.Message{}), 8)
+	require.Equal(t, []string{"", "Nats-Msg-Id", "OUTBOX-ID"}, m.DroppedHeaders(), "the headers left out are reported")
 }
 
 func TestHeadersReserveOnlyTheCallersPrefixes(t *testing.T) {
