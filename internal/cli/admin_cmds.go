@@ -257,14 +257,16 @@ func runDead(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
 			fmt.Fprintln(e.stdout, "Usage: outboxd dead list [--json] [--limit N] [--after ID] | dead show ID [--json] | "+
-				"dead retry|skip --all|ID...|--filter TERM... [--dry-run]")
+				"dead top [--json] [--limit N] [--scan N] | dead retry|skip --all|ID...|--filter TERM... [--dry-run]")
 			return nil
 		}
-		return usagef("dead: want a subcommand: list, show, retry or skip")
+		return usagef("dead: want a subcommand: list, show, top, retry or skip")
 	}
 	switch args[0] {
 	case "list":
 		return runDeadList(ctx, e, args[1:])
+	case "top":
+		return runDeadTop(ctx, e, args[1:])
 	case "show":
 		return runDeadShow(ctx, e, args[1:])
 	case "retry":
@@ -272,7 +274,7 @@ func runDead(ctx context.Context, e *env, args []string) error {
 	case "skip":
 		return runDeadMove(ctx, e, "skip", args[1:])
 	default:
-		return usagef("dead: unknown subcommand %q (want list, show, retry or skip)", args[0])
+		return usagef("dead: unknown subcommand %q (want list, show, top, retry or skip)", args[0])
 	}
 }
 
@@ -313,6 +315,78 @@ func runDeadList(ctx context.Context, e *env, args []string) error {
 		}
 		return w.Flush()
 	})
+}
+
+func runDeadTop(ctx context.Context, e *env, args []string) error {
+	var (
+		asJSON      bool
+		limit, scan int
+	)
+	c := newDBCommand(e, "dead top", "dead top [--json] [--limit N] [--scan N]")
+	c.BoolVar(&asJSON, "json", false, "print JSON (stable shape)")
+	c.IntVar(&limit, "limit", 20, "at most this many groups, the largest first")
+	c.IntVar(&scan, "scan", outbox.DeadTopScanDefault, "read at most this many dead messages, the newest first")
+	if err := c.parse(e, args); err != nil {
+		return err
+	}
+	if limit < 1 {
+		return usagef("--limit must be positive")
+	}
+	if scan < 1 {
+		return usagef("--scan must be positive")
+	}
+	return c.withAdmin(ctx, e, func(a *outbox.Admin) error {
+		top, err := a.DeadTop(ctx, limit, scan)
+		switch {
+		case err != nil:
+			return err
+		case asJSON:
+			return writeJSON(e.stdout, top)
+		case len(top.Groups) == 0:
+			fmt.Fprintln(e.stdout, "no dead messages")
+			return nil
+		}
+		w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(w, "COUNT\tEVENT\tERROR SHAPE\tNEWEST")
+		for _, g := range top.Groups {
+			fmt.Fprintf(w, "%d\t%s\t%s\t%d\n", g.Count, g.EventType, oneLine(g.Shape, 80), g.NewestID)
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		more := ""
+		if top.More {
+			more = fmt.Sprintf(" (the newest %d dead messages were read; --scan reads more)", top.Scanned)
+		}
+		fmt.Fprintf(e.stdout, "\n%d groups%s. Retry or skip a group (preview with --dry-run):\n", len(top.Groups), more)
+		for i, g := range top.Groups {
+			if i == 3 {
+				break
+			}
+			fmt.Fprintf(e.stdout, "  outboxd dead retry %s\n", filterArgs(g.Filter))
+		}
+		return nil
+	})
+}
+
+// filterArgs is a filter as --filter flags, each quoted for a POSIX shell.
+func filterArgs(terms []string) string {
+	parts := make([]string, len(terms))
+	for i, t := range terms {
+		parts[i] = "--filter " + shellQuote(t)
+	}
+	return strings.Join(parts, " ")
+}
+
+// shellQuote quotes s for a POSIX shell when it holds anything but plain
+// characters.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-=.,:/@", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func runDeadShow(ctx context.Context, e *env, args []string) error {

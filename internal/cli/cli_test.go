@@ -60,6 +60,7 @@ func TestCLI(t *testing.T) {
 		{"RunRefusesRoleWithoutPrivileges", testRunRefusesRoleWithoutPrivileges},
 		{"Status", testStatus},
 		{"Dead", testDead},
+		{"DeadTop", testDeadTop},
 		{"Purge", testPurge},
 		{"DeadFilter", testDeadFilter},
 		{"Replay", testReplay},
@@ -768,6 +769,57 @@ func testStatus(t *testing.T, bin string) {
 	require.Empty(t, attempts)
 	r = c.ok(t, "status", "--table", c.table)
 	require.Regexp(t, `(?m)^oldest pending age\s+none undelivered$`, r.stdout)
+}
+
+// dead top groups the dead letters by event type and error shape and
+// prints, for the largest groups, the command that retries each; the
+// command works as printed (through a shell).
+func testDeadTop(t *testing.T, bin string) {
+	c := newCLI(t, bin)
+	c.migrate(t)
+	r := c.ok(t, "dead", "top", "--table", c.table)
+	require.Equal(t, "no dead messages\n", r.stdout)
+
+	for i := range 5 {
+		id := c.insert(t, fmt.Sprintf("agg-%d", i), `{}`)
+		text := fmt.Sprintf("POST https://hooks.example.com/o/%d: 503 Service Unavailable", i)
+		if i == 4 {
+			text = "receiver's answer: 422 total isn't a number"
+		}
+		c.exec(t, "UPDATE "+c.quoted()+" SET status = 'dead', attempts = 5, last_error = $2 WHERE id = $1", id, text)
+	}
+	r = c.ok(t, "dead", "top", "--table", c.table)
+	require.Regexp(t, `(?m)^COUNT\s+EVENT\s+ERROR SHAPE\s+NEWEST$`, r.stdout)
+	require.Regexp(t, `(?m)^4\s+OrderCreated\s+POST <url>: <n> Service Unavailable\s+\d+$`, r.stdout)
+	require.Regexp(t, `(?m)^1\s+OrderCreated\s+receiver's answer: <n> total isn't a number\s+\d+$`, r.stdout)
+	require.Contains(t, r.stdout, "\n2 groups. Retry or skip a group (preview with --dry-run):\n")
+	require.Contains(t, r.stdout, "  outboxd dead retry --filter status=dead --filter event_type=OrderCreated --filter 'error=Service Unavailable'\n")
+	require.Contains(t, r.stdout, `  outboxd dead retry --filter status=dead --filter event_type=OrderCreated --filter 'error=total isn'\''t a number'`+"\n")
+
+	// The printed command, run by a shell as an operator would paste it.
+	line := regexp.MustCompile(`(?m)^  outboxd (dead retry .*'error=total.*)$`).FindStringSubmatch(r.stdout)
+	require.NotNil(t, line)
+	sh := exec.Command("sh", "-c", bin+" "+line[1]+" --dry-run --table "+c.table)
+	sh.Env = c.env
+	out, err := sh.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "would retry 1 messages\n", string(out), "the group's filter selects the group")
+
+	r = c.ok(t, "dead", "top", "--json", "--limit", "1", "--scan", "2", "--table", c.table)
+	var top struct {
+		Scanned int64 `json:"scanned"`
+		More    bool  `json:"more"`
+		Groups  []map[string]json.RawMessage
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &top), "%s", r)
+	require.EqualValues(t, 2, top.Scanned)
+	require.True(t, top.More)
+	require.Len(t, top.Groups, 1)
+	require.Equal(t, []string{"count", "event_type", "filter", "newest_id", "oldest_id", "sample", "shape"}, keys(top.Groups[0]))
+
+	r = c.run(t, "dead", "top", "--limit", "0", "--table", c.table)
+	require.Equal(t, 2, r.code, "%s", r)
+	require.Contains(t, r.stderr, "--limit must be positive")
 }
 
 func testDead(t *testing.T, bin string) {

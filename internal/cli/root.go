@@ -25,7 +25,7 @@ var errCollected = errors.New("flags collected")
 
 // subcommands are the words that follow a command, for completion.
 var subcommands = map[string][]string{
-	"dead":       {"list", "show", "retry", "skip"},
+	"dead":       {"list", "show", "top", "retry", "skip"},
 	"config":     {"check"},
 	"completion": {"bash", "zsh", "fish"},
 }
