@@ -82,9 +82,23 @@ try {
   check(await countOf(page) === deadMatching, `filtered count ${await countOf(page)} is ${deadMatching}`);
   await shot(page, 'dead');
 
+  // A skip's confirmation says in red that skipped messages are never
+  // delivered; cancelled, it changes nothing. A retry's does not say it.
+  await page.click('#skip-all');
+  await page.waitForSelector('#confirm[open]');
+  const warning = page.locator('#confirm-warning');
+  check(await warning.isVisible(), 'the skip confirmation shows its warning');
+  check((await warning.textContent()).startsWith('Skipped messages are never delivered'), `skip warning: ${await warning.textContent()}`);
+  const red = await warning.evaluate((n) => getComputedStyle(n).color);
+  check(red === 'rgb(198, 40, 40)' || red === 'rgb(255, 107, 107)', `the warning is red: ${red}`);
+  await shot(page, 'dead-skip-confirm');
+  await page.click('#confirm-cancel');
+  check(await countOf(page) === deadMatching, 'a cancelled skip changes nothing');
+
   // Retry all matching: preview count, confirmation, then a tracked job.
   await page.click('#retry-all');
   await page.waitForSelector('#confirm[open]');
+  check(!(await page.locator('#confirm-warning').isVisible()), 'a retry confirmation has no skip warning');
   const text = await page.textContent('#confirm-text');
   check(text.includes(new Intl.NumberFormat('en-US').format(deadMatching)), `confirmation names the count: ${text}`);
   await shot(page, 'dead-confirm');

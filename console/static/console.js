@@ -200,10 +200,14 @@ function watchJob(job, onDone) {
   };
   tick();
 }
-function confirmDialog(title, text) {
+// skipWarning is what a skip's confirmation says, in red, before anything.
+const skipWarning = 'Skipped messages are never delivered: the receiver will not see them, and an ordered aggregate moves on without them.';
+function confirmDialog(title, text, warning) {
   const d = document.getElementById('confirm');
   document.getElementById('confirm-title').textContent = title;
   document.getElementById('confirm-text').textContent = text;
+  const w = document.getElementById('confirm-warning');
+  if (w) { w.textContent = warning || ''; w.hidden = !warning; }
   return new Promise((resolve) => {
     document.getElementById('confirm-ok').onclick = () => { d.close(); resolve(true); };
     document.getElementById('confirm-cancel').onclick = () => { d.close(); resolve(false); };
@@ -233,7 +237,7 @@ async function deadAction(b) {
   try {
     if (scope === 'one' || scope === 'selected') {
       const ids = scope === 'one' ? [Number(b.dataset.id)] : selected();
-      if (!await confirmOrSkip(scope, `${verb} ${ids.length} dead message(s)?`)) return;
+      if (!await confirmOrSkip(scope, `${verb} ${ids.length} dead message(s)?`, action === 'skip' ? skipWarning : '')) return;
       const r = await call('POST', url, { ids });
       if (result) result.textContent = `${verb}: ${fmt.format(r.count)} moved.`;
       setTimeout(() => location.reload(), scope === 'one' ? 600 : 0);
@@ -242,16 +246,16 @@ async function deadAction(b) {
     const f = currentFilter();
     const preview = await call('POST', url, { filter: f, dry_run: true });
     const what = matchesAll(f) ? `every dead message (${howMany(preview)})` : `${howMany(preview)} dead message(s) matching this filter`;
-    if (!await confirmDialog(`${verb} all matching`, `${verb} ${what}?`)) return;
+    if (!await confirmDialog(`${verb} all matching`, `${verb} ${what}?`, action === 'skip' ? skipWarning : '')) return;
     const r = await call('POST', url, writeBody(f, preview));
     watchJob(r.job, () => setTimeout(() => location.reload(), 800));
   } catch (e) {
     alertBox(e.message);
   }
 }
-async function confirmOrSkip(scope, text) {
-  if (!document.getElementById('confirm')) return window.confirm(text);
-  return confirmDialog('Confirm', text);
+async function confirmOrSkip(scope, text, warning) {
+  if (!document.getElementById('confirm')) return window.confirm(warning ? `${text}\n\n${warning}` : text);
+  return confirmDialog('Confirm', text, warning);
 }
 function alertBox(msg) {
   let n = document.getElementById('action-error');
