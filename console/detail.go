@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"html/template"
 	"net/http"
 
 	"github.com/outboxd/outbox"
@@ -11,7 +12,8 @@ import (
 
 // timelineStep is one line of a message's timeline.
 type timelineStep struct {
-	What, When, Note, Class string
+	What, Note, Class string
+	When              template.HTML // times as formatWhen renders them
 }
 
 // timeline tells a message's life from its columns: created, each claim
@@ -23,7 +25,7 @@ func timeline(m *MessageDetailView) []timelineStep {
 		if m.LeaseOwner != nil {
 			note = "last by " + *m.LeaseOwner
 		}
-		steps = append(steps, timelineStep{What: "Claimed " + formatInt(m.LeaseVersion) + "×", When: "attempts " + formatInt(int64(m.Attempts)), Note: note})
+		steps = append(steps, timelineStep{What: "Claimed " + formatInt(m.LeaseVersion) + "×", When: template.HTML("attempts " + formatInt(int64(m.Attempts))), Note: note})
 	}
 	switch m.Status {
 	case "processing":

@@ -149,7 +149,10 @@ func formatAge(d time.Duration) string {
 	}
 }
 
-func formatWhen(v any) string {
+// formatWhen is every time the console shows, in one format: UTC, ISO
+// 8601 to the millisecond, in a <time> element whose title the page's
+// script sets to the reader's local time (shown on hover). "—" for none.
+func formatWhen(v any) template.HTML {
 	var t time.Time
 	switch x := v.(type) {
 	case time.Time:
@@ -160,10 +163,11 @@ func formatWhen(v any) string {
 		}
 		t = *x
 	default:
-		return fmt.Sprint(v)
+		return template.HTML(template.HTMLEscapeString(fmt.Sprint(v)))
 	}
 	if t.IsZero() {
 		return "—"
 	}
-	return t.UTC().Format("2006-01-02 15:04:05.000Z")
+	s := t.UTC().Format("2006-01-02T15:04:05.000Z")
+	return template.HTML(`<time datetime="` + s + `">` + s + `</time>`)
 }

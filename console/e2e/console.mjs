@@ -60,11 +60,17 @@ try {
   check(await page.textContent('h1') === 'Overview' || (await page.textContent('h1')).startsWith('Overview'), 'overview heading');
   check(Number((await page.textContent('[data-gauge="dead"]')).replace(/,/g, '')) === deadMatching + deadOther, 'dead card shows every dead message');
   await page.waitForSelector('.plot[data-series="dead"] svg path.line', { state: 'attached', timeout: 15000 });
+  const axis = await page.locator('.plot[data-series="dead"] svg text').allTextContents();
+  check(axis.some((x) => /^\d\d:\d\d:\d\dZ$/.test(x)), `chart times in UTC: ${axis}`);
   await shot(page, 'overview');
 
   // Messages, then the keyboard: j selects the first row, Enter opens it.
   await visit(page, t('/messages'), 'messages');
   check(await page.locator('#rows tbody tr[data-href]').count() > 0, 'messages listed');
+  // One time format: UTC ISO 8601 as text, the local time on hover.
+  const when = page.locator('#rows tbody time[datetime]').first();
+  check(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/.test(await when.textContent()), `a time in ISO 8601 UTC: ${await when.textContent()}`);
+  check(((await when.getAttribute('title')) || '').endsWith('(local)'), 'the local time is its title');
   await shot(page, 'messages');
   await page.keyboard.press('j');
   await Promise.all([page.waitForURL(/\/messages\/\d+$/), page.keyboard.press('Enter')]);

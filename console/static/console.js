@@ -97,13 +97,24 @@ function draw(box, samples, key) {
   const line = pts.map((p, i) => (i ? 'L' : 'M') + x(p[0]).toFixed(1) + ' ' + y(p[1]).toFixed(1)).join(' ');
   svg.appendChild(el('path', { d: `${line} L${x(t1).toFixed(1)} ${y(0)} L${x(t0).toFixed(1)} ${y(0)} Z`, class: 'area' }));
   svg.appendChild(el('path', { d: line, class: 'line' }));
-  const label = (t) => new Date(t).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit' });
+  const label = (t) => isoTime(new Date(t));
   svg.appendChild(el('text', { x: padL, y: h - 3 }, label(t0)));
   svg.appendChild(el('text', { x: w - 4, y: h - 3, 'text-anchor': 'end' }, label(t1)));
   const last = pts[pts.length - 1][1];
   svg.appendChild(el('text', { x: w - 6, y: padT + 10, 'text-anchor': 'end' }, 'now ' + fmt.format(last)));
   box.replaceChildren(svg);
 }
+// Times are shown in one format everywhere: UTC, ISO 8601 (the server
+// renders dates as <time datetime=...>); the reader's local time is the
+// title, shown on hover.
+function isoTime(d) { return d.toISOString().slice(11, 19) + 'Z'; }
+function localTitles(root) {
+  root.querySelectorAll('time[datetime]').forEach((n) => {
+    const d = new Date(n.getAttribute('datetime'));
+    if (!Number.isNaN(d.getTime())) n.title = d.toLocaleString() + ' (local)';
+  });
+}
+localTitles(document);
 function ageText(s) {
   if (!s || s <= 0) return '—';
   if (s < 1) return Math.round(s * 1000) + 'ms';
@@ -120,7 +131,7 @@ async function refreshOverview() {
     set('dead', fmt.format(o.dead)); set('done', fmt.format(o.done_estimate));
     set('oldest', ageText(o.oldest_undelivered_age_seconds)); set('expired', fmt.format(o.expired_leases));
     const at = document.getElementById('sampled-at');
-    if (at) at.textContent = 'updated ' + new Date().toLocaleTimeString();
+    if (at) { const now = new Date(); at.textContent = 'updated ' + isoTime(now); at.title = now.toLocaleString(); }
   } catch (err) {
     const at = document.getElementById('sampled-at');
     if (at) at.textContent = 'update failed: ' + err.message;
