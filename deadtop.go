@@ -56,7 +56,7 @@ func (a *Admin) DeadTop(ctx context.Context, limit, scan int) (*DeadTop, error) 
 	page := Page{Desc: true, Limit: PageLimitMax}
 	for {
 		page.Limit = min(PageLimitMax, scan-int(out.Scanned))
-		rows, next, err := a.Messages(ctx, Filter{Status: []string{statusDead}}, page)
+		rows, next, err := a.Messages(ctx, Filter{Status: []string{"dead"}}, page)
 		if err != nil {
 			return nil, fmt.Errorf("outbox: dead top: %w", err)
 		}
@@ -132,11 +132,10 @@ func ErrorShape(text string) string {
 
 var placeholder = regexp.MustCompile(`<(?:url|uuid|hex|n)>|…`)
 
-// groupFilter is the filter that selects a group: its status, its event
-// type and the longest literal run of its shape as an error substring
-// (none when no run has a letter).
+// groupFilter is the filter that selects a group, as terms: its status,
+// its event type and the longest literal run of its shape as an error
+// substring (none when no run has a letter).
 func groupFilter(eventType, shape string) []string {
-	f := []string{"status=" + statusDead, "event_type=" + eventType}
 	best := ""
 	for _, run := range placeholder.Split(shape, -1) {
 		run = strings.TrimSpace(run)
@@ -144,10 +143,5 @@ func groupFilter(eventType, shape string) []string {
 			best = run
 		}
 	}
-	if best != "" {
-		f = append(f, "error="+best)
-	}
-	return f
+	return Filter{Status: []string{"dead"}, EventType: eventType, ErrorContains: best}.Terms()
 }
-
-const statusDead = "dead"

@@ -60,8 +60,26 @@ func (s *Store) EnableShards(ctx context.Context, db pgx.Tx, n int) error {
 	tag := dollarTag(s.Table.String())
 	sql := strings.NewReplacer("{{shard_count}}", strconv.Itoa(n), "{{tag}}", tag).
 		Replace(s.Table.replacer().Replace(rawSQL("sql/shard_enable.sql")))
-	_, err = db.Exec(ctx, sql)
-	return translate(err)
+	if _, err = db.Exec(ctx, sql); err != nil {
+		return translate(err)
+	}
+	return s.applySteps(ctx, db, "007_shard_fill")
+}
+
+// applySteps runs, in tx, the DDL of every step of the migration file: the
+// part of setting a mode up that a migration also brings tables set up by
+// an earlier version to. Its steps build no index.
+func (s *Store) applySteps(ctx context.Context, tx pgx.Tx, file string) error {
+	p := &migrationPlan{store: s}
+	for _, st := range migrationSteps() {
+		if st.Migration != file {
+			continue
+		}
+		if _, err := tx.Exec(ctx, p.render(st.apply), pgx.QueryExecModeSimpleProtocol); err != nil {
+			return stepError(st, err)
+		}
+	}
+	return nil
 }
 
 // ShardCount is the table's number of shards, 0 when shard leases are not

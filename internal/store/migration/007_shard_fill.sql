@@ -6,8 +6,8 @@
 -- record (~56 bytes of WAL) and a tuple lock for every finalized message.
 -- The shard trigger now fires on INSERT only, and an AFTER UPDATE trigger
 -- (which reads the old row without locking it) gives such a row its shard.
--- The same function and triggers as sql/shard_enable.sql. Tables without
--- shards have nothing to do here.
+-- Store.EnableShards applies these steps too, so tables enabled from now on
+-- get the same. Tables without shards have nothing to do here.
 
 -- step: shard fill function
 -- check:

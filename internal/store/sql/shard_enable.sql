@@ -33,30 +33,9 @@ BEGIN
     RETURN NEW;
 END
 {{tag}};
-DROP TRIGGER IF EXISTS {{shard_trigger}} ON {{table}};
-CREATE TRIGGER {{shard_trigger}} BEFORE INSERT ON {{table}}
-    FOR EACH ROW WHEN (NEW.shard IS NULL) EXECUTE FUNCTION {{shard_function}}();
--- A row from before shards were enabled that comes back to pending (a dead
--- row retried, a done row replayed) gets its shard after the update, from
--- an AFTER trigger: a BEFORE UPDATE row trigger locks every row an update
--- touches before it is written (a heap lock record in the WAL, ~56 bytes),
--- every finalize's rows included, even when its WHEN clause is false. The
--- same function and trigger as migration 007_shard_fill, which puts them on
--- tables enabled by an earlier version.
-CREATE OR REPLACE FUNCTION {{shard_fill_function}}() RETURNS trigger LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $fill$
-BEGIN
-    EXECUTE format('UPDATE %I.%I SET shard = ((hashtextextended(aggregate_id, 0) & 2147483647)'
-                   ' %% (SELECT count(*) FROM %I.%I))::integer WHERE id = $1 AND shard IS NULL',
-                   TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_TABLE_SCHEMA, TG_TABLE_NAME || '_shards')
-        USING NEW.id;
-    RETURN NULL;
-END
-$fill$;
-DROP TRIGGER IF EXISTS {{shard_fill_trigger}} ON {{table}};
-CREATE TRIGGER {{shard_fill_trigger}} AFTER UPDATE ON {{table}}
-    FOR EACH ROW WHEN (NEW.shard IS NULL) EXECUTE FUNCTION {{shard_fill_function}}();
+-- Its triggers, and the one that gives a row from before shards its shard
+-- when it is updated, are migration 007_shard_fill's steps, which
+-- EnableShards applies next in the same transaction.
 UPDATE {{table}} SET shard = (hashtextextended(aggregate_id, 0) & 2147483647) % {{shard_count}}
 WHERE status IN ('pending', 'processing') AND shard IS NULL;
 CREATE INDEX IF NOT EXISTS {{shard_index}} ON {{table}} (shard, id) WHERE status = 'pending';
