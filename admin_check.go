@@ -25,8 +25,11 @@ type AccessOpts struct {
 	// clears its own waiter row).
 	NoNotify bool
 	// Retention is set when it purges done rows (--retention), which needs
-	// DELETE on the table.
+	// DELETE on the table and on its attempts table.
 	Retention bool
+	// NoHistory is set when it records no attempt history
+	// (Config.AttemptHistory = NoAttemptHistory).
+	NoHistory bool
 }
 
 // Privileges returns the table privileges a dispatcher needs on the outbox
@@ -50,6 +53,23 @@ func (o *AccessOpts) Privileges() (table, waiters []string) {
 	return table, waiters
 }
 
+// AttemptPrivileges returns the privileges a dispatcher needs on the
+// attempts table: recording an attempt inserts it and deletes the entries
+// past the newest kept (SELECT, INSERT, DELETE); the retention purge
+// deletes the history of the messages it deletes (SELECT, DELETE).
+func (o *AccessOpts) AttemptPrivileges() []string {
+	if o == nil {
+		o = &AccessOpts{}
+	}
+	switch {
+	case !o.NoHistory:
+		return []string{"SELECT", "INSERT", "DELETE"}
+	case o.Retention:
+		return []string{"SELECT", "DELETE"}
+	}
+	return nil
+}
+
 // Access is what [Admin.CheckAccess] found: the server, the table's
 // migration state and what the connected role may do.
 type Access struct {
@@ -69,17 +89,21 @@ type Access struct {
 	Missing     []string
 	// SchemaUsage is whether the role may use the table's schema.
 	SchemaUsage bool
-	// MissingTable and MissingWaiters are the privileges the dispatcher
-	// needs and the role lacks, on the table and on its waiters table.
-	MissingTable, MissingWaiters []string
+	// MissingTable, MissingWaiters and MissingAttempts are the privileges
+	// the dispatcher needs and the role lacks, on the table, on its waiters
+	// table and on its attempts table.
+	MissingTable, MissingWaiters, MissingAttempts []string
 	// ListenErr is the error of a trial LISTEN (rolled back), nil when it
 	// worked or was not tried (NoNotify, or no table).
 	ListenErr error
 	// WaitersTable is the waiters table beside the table, named as the
 	// table was given (NAME_waiters, or SCHEMA.NAME_waiters).
 	WaitersTable string
-	// waiters is the waiters table's bare name, for Err.
-	waiters string
+	// AttemptsTable is the attempts table beside the table, named as
+	// WaitersTable is.
+	AttemptsTable string
+	// waiters and attempts are those tables' bare names, for Err.
+	waiters, attempts string
 }
 
 // CheckAccess reads, from the catalogs, whether the table exists with every
@@ -88,7 +112,7 @@ type Access struct {
 // inside a transaction it rolls back. It changes nothing.
 func (a *Admin) CheckAccess(ctx context.Context, opts *AccessOpts) (*Access, error) {
 	tablePrivs, waiterPrivs := opts.Privileges()
-	sa, err := a.store.Access(ctx, a.db, tablePrivs, waiterPrivs)
+	sa, err := a.store.Access(ctx, a.db, tablePrivs, waiterPrivs, opts.AttemptPrivileges())
 	if err != nil {
 		return nil, fmt.Errorf("outbox: reading the catalogs: %w", err)
 	}
@@ -127,7 +151,8 @@ func (a *Admin) CheckAccess(ctx context.Context, opts *AccessOpts) (*Access, err
 func accessOf(sa *store.Access, name string) *Access {
 	out := &Access{Role: sa.Role, ServerVersion: sa.ServerVersion, TableExists: sa.TableExists,
 		SchemaUsage: sa.SchemaUsage, MissingTable: sa.MissingTable, MissingWaiters: sa.MissingWaiters,
-		WaitersTable: sa.Waiters.String(), waiters: sa.Waiters.Name}
+		MissingAttempts: sa.MissingAttempts, WaitersTable: sa.Waiters.String(), waiters: sa.Waiters.Name,
+		AttemptsTable: sa.Attempts.String(), attempts: sa.Attempts.Name}
 	if sa.TableExists {
 		out.Schema, out.Name = sa.Schema, name
 	}
@@ -135,11 +160,11 @@ func accessOf(sa *store.Access, name string) *Access {
 }
 
 // Err returns a [*PrivilegeError] listing every privilege the role lacks
-// (USAGE on the schema, then those on the table and on its waiters table),
-// or nil when it lacks none or the table does not exist (which is not a
-// matter of privileges: see TableExists).
+// (USAGE on the schema, then those on the table, its waiters table and its
+// attempts table), or nil when it lacks none or the table does not exist
+// (which is not a matter of privileges: see TableExists).
 func (a *Access) Err() error {
-	if !a.TableExists || (a.SchemaUsage && len(a.MissingTable) == 0 && len(a.MissingWaiters) == 0) {
+	if !a.TableExists || (a.SchemaUsage && len(a.MissingTable) == 0 && len(a.MissingWaiters) == 0 && len(a.MissingAttempts) == 0) {
 		return nil
 	}
 	e := &PrivilegeError{Role: a.Role}
@@ -150,7 +175,7 @@ func (a *Access) Err() error {
 	for _, m := range []struct {
 		privs []string
 		name  string
-	}{{a.MissingTable, a.Name}, {a.MissingWaiters, a.waiters}} {
+	}{{a.MissingTable, a.Name}, {a.MissingWaiters, a.waiters}, {a.MissingAttempts, a.attempts}} {
 		if len(m.privs) > 0 {
 			e.Missing = append(e.Missing, MissingPrivileges{Privileges: m.privs, ObjectType: "table",
 				Object: pgx.Identifier{a.Schema, m.name}.Sanitize()})

@@ -22,6 +22,8 @@ type completer struct {
 	confirm func(context.Context, []store.RowWrite) ([]bool, error)
 	// settle reports each verdict once its write was tried.
 	settle func(v *verdict, held bool)
+	// history records the attempts that did not deliver (nil: off).
+	history *history
 	engine
 
 	batch  []verdict
@@ -42,7 +44,7 @@ type completer struct {
 
 func newCompleter(d *Dispatcher, mode lease.Mode, s *slots, leases *lease.Registry, maxBatch int) *completer {
 	return &completer{
-		mode: mode, slots: s, leases: leases, settle: d.settle, engine: d.engine(),
+		mode: mode, slots: s, leases: leases, settle: d.settle, engine: d.engine(), history: d.newHistory(),
 		confirm: func(ctx context.Context, w []store.RowWrite) ([]bool, error) {
 			return d.store.FinalizeWritten(ctx, d.pool, w)
 		},
@@ -137,6 +139,7 @@ func (c *completer) finalize(batch []verdict) {
 	for i := range batch {
 		c.settle(&batch[i], held[i])
 	}
+	c.history.record(batch, held)
 }
 
 // write runs the finalize statement, retrying while the batch's leases may
@@ -268,6 +271,7 @@ func (c *completer) finalizeBatched(batch []verdict) {
 	for i := range settled {
 		c.settle(&settled[i], held[i])
 	}
+	c.history.record(settled, held)
 	c.slots.give(len(settled))
 }
 

@@ -32,6 +32,7 @@ const (
 	BatchSizeCursorDefault = 1000
 	LeaseDefault           = 60 * time.Second
 	MaxAttemptsDefault     = 12
+	AttemptHistoryDefault  = 20
 	PollIntervalDefault    = time.Second
 	PublishTimeoutDefault  = 10 * time.Second // or half the Lease, if shorter
 	RetryBaseDefault       = time.Second
@@ -41,12 +42,23 @@ const (
 	FetchCooldownDefault   = 50 * time.Millisecond
 )
 
+// NoAttemptHistory is the [Config.AttemptHistory] that records none.
+const NoAttemptHistory = -1
+
 // NoDeferMaxAge is the [Config.DeferMaxAge] that sets no limit.
 const NoDeferMaxAge time.Duration = -1
 
 // Config configures a [Dispatcher]. The zero value is usable: every zero
 // field takes the default its comment names.
 type Config struct {
+	// AttemptHistory is how many entries of its attempt history each
+	// message keeps: every publish that did not deliver it (retried,
+	// deferred or dead) is recorded, when, by which dispatcher, how long
+	// it took, the receiver's status code and the error, the newest first
+	// ([Admin.Attempts]). A delivery records nothing. Defaults to 20;
+	// [NoAttemptHistory] records none.
+	AttemptHistory int
+
 	// BatchSize is how many rows one claim leases at most. Defaults to 100,
 	// 1,000 under shard leases (BatchSizeShardsDefault) and snapshot
 	// cursors (BatchSizeCursorDefault).
@@ -194,6 +206,7 @@ func (c *Config) WithDefaults() *Config {
 	}
 	defInt(&out.BatchSize, BatchSizeDefault)
 	defInt(&out.MaxAttempts, MaxAttemptsDefault)
+	defInt(&out.AttemptHistory, AttemptHistoryDefault)
 	defInt(&out.Workers, WorkersDefault)
 	def(&out.DeferDelay, DeferDelayDefault)
 	def(&out.DeferMaxAge, DeferMaxAgeDefault)
@@ -241,6 +254,7 @@ func (c *Config) validateBounds() *ConfigError {
 		{"Workers", c.Workers, maxWorkers},
 		{"BatchSize", c.BatchSize, maxBatchSize},
 		{"MaxAttempts", c.MaxAttempts, maxMaxAttempts},
+		{"AttemptHistory", c.AttemptHistory, maxAttemptHistory},
 	} {
 		if b.got > b.max {
 			return invalid(b.field, "must be at most %d, got %d", b.max, b.got)
@@ -266,15 +280,16 @@ func (c *Config) validateBounds() *ConfigError {
 
 // The upper bounds of validateBounds.
 const (
-	maxWorkers       = 10_000
-	maxBatchSize     = 10_000
-	maxMaxAttempts   = 1_000
-	maxLease         = 24 * time.Hour
-	maxPollInterval  = 24 * time.Hour
-	maxRetryCap      = 30 * 24 * time.Hour
-	maxDeferDelay    = 7 * 24 * time.Hour
-	maxDeferMaxAge   = 365 * 24 * time.Hour
-	maxFetchCooldown = time.Minute
+	maxWorkers        = 10_000
+	maxBatchSize      = 10_000
+	maxMaxAttempts    = 1_000
+	maxAttemptHistory = 1_000
+	maxLease          = 24 * time.Hour
+	maxPollInterval   = 24 * time.Hour
+	maxRetryCap       = 30 * 24 * time.Hour
+	maxDeferDelay     = 7 * 24 * time.Hour
+	maxDeferMaxAge    = 365 * 24 * time.Hour
+	maxFetchCooldown  = time.Minute
 )
 
 func (c *Config) validate() *ConfigError {
@@ -285,6 +300,8 @@ func (c *Config) validate() *ConfigError {
 		return invalid("Workers", "must be positive, got %d", c.Workers)
 	case c.MaxAttempts < 1:
 		return invalid("MaxAttempts", "must be positive, got %d", c.MaxAttempts)
+	case c.AttemptHistory < NoAttemptHistory:
+		return invalid("AttemptHistory", "must be positive, or -1 to record none, got %d", c.AttemptHistory)
 	case c.Lease < 10*time.Millisecond:
 		return invalid("Lease", "must be at least 10ms, got %s", c.Lease)
 	case c.PublishTimeout <= 0:

@@ -41,6 +41,28 @@ type MessageDetail struct {
 	// its id; "" for a row inserted before the column was added, which is
 	// sent under its numeric id.
 	UID string
+	// History is the message's attempt history, newest first.
+	History []Attempt
+}
+
+// Attempt is one publish that did not deliver a message, as its attempt
+// history records it ([Config.AttemptHistory]).
+type Attempt struct {
+	// At is when the publish ended, on the database's clock.
+	At time.Time
+	// Dispatcher is the owner of the dispatcher that made it.
+	Dispatcher string
+	// Attempt is the message's attempt number (a defer gives it back, so
+	// deferred attempts may share one).
+	Attempt  int
+	Duration time.Duration
+	// Outcome is OutcomeRetry, OutcomeDefer or OutcomeDead.
+	Outcome Outcome
+	// Status is the receiver's status code (an HTTP status), 0 when the
+	// sink has none ([ResponseStatus]).
+	Status int
+	// Error is the error text, as last_error holds it.
+	Error string
 }
 
 // Page is one keyset page: rows with id < After when Desc (newest first),
@@ -222,8 +244,27 @@ func (a *Admin) Message(ctx context.Context, id int64) (*MessageDetail, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: message %d: %w", id, err)
 	}
+	history, err := a.Attempts(ctx, id)
+	if err != nil {
+		return nil, err
+	}
 	return &MessageDetail{MessageSummary: MessageSummary(d.Summary), Payload: d.Payload,
-		Headers: d.Headers, LeaseVersion: d.LeaseVersion, UID: d.UID}, nil
+		Headers: d.Headers, LeaseVersion: d.LeaseVersion, UID: d.UID, History: history}, nil
+}
+
+// Attempts returns message id's attempt history, newest first: empty for
+// a message delivered at its first attempt, or one that does not exist.
+func (a *Admin) Attempts(ctx context.Context, id int64) ([]Attempt, error) {
+	entries, err := a.store.Attempts(ctx, a.db, id, maxAttemptHistory)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: attempt history of message %d: %w", id, err)
+	}
+	out := make([]Attempt, len(entries))
+	for i, e := range entries {
+		out[i] = Attempt{At: e.At, Dispatcher: e.Dispatcher, Attempt: e.Attempt, Duration: e.Duration,
+			Outcome: Outcome(e.Outcome), Status: e.Status, Error: e.Error}
+	}
+	return out, nil
 }
 
 // CheckFilter has the database parse f's paths, so a bad one is one

@@ -142,8 +142,9 @@ func running(done <-chan struct{}) bool {
 // every privilege the dispatcher needs (a [*PrivilegeError] otherwise: a
 // role without them would fail every claim, forever), then finds the table.
 func (d *Dispatcher) resolve(ctx context.Context) (store.Table, error) {
-	tablePrivs, waiterPrivs := (&AccessOpts{NoNotify: d.cfg.DisableNotify}).Privileges()
-	sa, err := d.store.Access(ctx, d.pool, tablePrivs, waiterPrivs)
+	opts := &AccessOpts{NoNotify: d.cfg.DisableNotify, NoHistory: d.cfg.AttemptHistory < 0}
+	tablePrivs, waiterPrivs := opts.Privileges()
+	sa, err := d.store.Access(ctx, d.pool, tablePrivs, waiterPrivs, opts.AttemptPrivileges())
 	if err != nil {
 		return store.Table{}, fmt.Errorf("outbox: reading the catalogs: %w", err)
 	}

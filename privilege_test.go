@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,9 +53,18 @@ func TestDispatcherRefusesRoleWithoutPrivileges(t *testing.T) {
 	role, pool := loginRole(t, b)
 	schema := pgx.Identifier{b.schema}.Sanitize()
 	waiters := pgx.Identifier{b.schema, "outbox_waiters"}.Sanitize()
+	attempts := pgx.Identifier{b.schema, "outbox_attempts"}.Sanitize()
 	b.exec(t, "GRANT SELECT ON "+b.quoted+" TO "+role)
 	ids := b.enqueueN(t, 2, "a")
-	rec := newRecorder(nil)
+	// The first delivery of the first message fails, so the relay records
+	// an attempt.
+	var failed atomic.Bool
+	rec := newRecorder(func(_ context.Context, m *outbox.Message) error {
+		if m.ID == ids[0] && failed.CompareAndSwap(false, true) {
+			return outbox.Retryable(errors.New("receiver busy"))
+		}
+		return nil
+	})
 	newDispatcher := func(cfg outbox.Config) *outbox.Dispatcher {
 		cfg.Table, cfg.Logger, cfg.PollInterval = b.table, quietLogger(), 50*time.Millisecond
 		d, err := outbox.NewDispatcher(pool, rec.Sink(), &cfg)
@@ -76,18 +86,20 @@ func TestDispatcherRefusesRoleWithoutPrivileges(t *testing.T) {
 		return pe
 	}
 
-	// No USAGE on the schema: named first, then the table and waiters
-	// privileges.
+	// No USAGE on the schema: named first, then the table, waiters and
+	// attempts privileges.
 	pe := refused(newDispatcher(outbox.Config{}))
 	require.Equal(t, `outbox: role `+role+` lacks USAGE on schema `+schema+`; UPDATE on table `+b.quoted+
-		`; SELECT, INSERT, UPDATE, DELETE on table `+waiters, pe.Error())
+		`; SELECT, INSERT, UPDATE, DELETE on table `+waiters+`; SELECT, INSERT, DELETE on table `+attempts, pe.Error())
 
-	// Polling only, it still clears its waiter row with every claim.
+	// Polling only, it still clears its waiter row with every claim;
+	// recording no attempt history, it needs nothing on that table.
+	noHistory := outbox.Config{DisableNotify: true, AttemptHistory: outbox.NoAttemptHistory}
 	b.exec(t, "GRANT USAGE ON SCHEMA "+schema+" TO "+role)
-	pe = refused(newDispatcher(outbox.Config{DisableNotify: true}))
+	pe = refused(newDispatcher(noHistory))
 	require.Equal(t, `outbox: role `+role+` lacks UPDATE on table `+b.quoted+`; SELECT, DELETE on table `+waiters, pe.Error())
 	b.exec(t, "GRANT SELECT, DELETE ON "+waiters+" TO "+role)
-	pe = refused(newDispatcher(outbox.Config{DisableNotify: true}))
+	pe = refused(newDispatcher(noHistory))
 	require.Equal(t, `outbox: role `+role+` lacks UPDATE on table `+b.quoted, pe.Error())
 	require.Equal(t, []outbox.MissingPrivileges{{Privileges: []string{"UPDATE"}, ObjectType: "table", Object: b.quoted}}, pe.Missing)
 	require.Equal(t, []string{"GRANT UPDATE ON TABLE " + b.quoted + " TO " + role + ";"}, pe.Grants())
@@ -97,16 +109,21 @@ func TestDispatcherRefusesRoleWithoutPrivileges(t *testing.T) {
 	}
 
 	// The proposed GRANTs, run by the owner, are enough: it relays, with
-	// LISTEN and its waiters table.
+	// LISTEN and its waiters table, and records the failed attempt.
 	pe = refused(newDispatcher(outbox.Config{}))
 	b.exec(t, strings.Join(pe.Grants(), " "))
-	drain(t, newDispatcher(outbox.Config{}))
-	require.ElementsMatch(t, ids, rec.IDs())
+	drain(t, newDispatcher(outbox.Config{RetryBase: time.Millisecond, RetryCap: 2 * time.Millisecond}))
+	require.Equal(t, map[int64]int{ids[0]: 2, ids[1]: 1}, publishCounts(rec))
+	h, err := b.admin.Attempts(t.Context(), ids[0])
+	require.NoError(t, err)
+	require.Len(t, h, 1)
+	require.Equal(t, outbox.OutcomeRetry, h[0].Outcome)
 }
 
-// TestCheckAccessRetentionAndColumnGrants: retention needs DELETE, which
-// CheckAccess names; UPDATE granted on columns only counts as held (a role
-// granted just the columns it writes is not refused).
+// TestCheckAccessRetentionAndColumnGrants: retention needs DELETE on the
+// table and on its attempts table, which CheckAccess names; UPDATE granted
+// on columns only counts as held (a role granted just the columns it
+// writes is not refused).
 func TestCheckAccessRetentionAndColumnGrants(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -120,9 +137,17 @@ func TestCheckAccessRetentionAndColumnGrants(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, b.schema, acc.Schema)
 	require.Equal(t, []string{"DELETE"}, acc.MissingTable)
-	require.EqualError(t, acc.Err(), `outbox: role `+role+` lacks DELETE on table `+b.quoted)
+	require.Equal(t, []string{"SELECT", "INSERT", "DELETE"}, acc.MissingAttempts)
+	attempts := pgx.Identifier{b.schema, "outbox_attempts"}.Sanitize()
+	require.EqualError(t, acc.Err(), `outbox: role `+role+` lacks DELETE on table `+b.quoted+`; SELECT, INSERT, DELETE on table `+attempts)
 
-	acc, err = admin.CheckAccess(t.Context(), &outbox.AccessOpts{NoNotify: true})
+	// Without the history, the purge still deletes the history of what it
+	// deletes.
+	acc, err = admin.CheckAccess(t.Context(), &outbox.AccessOpts{NoNotify: true, Retention: true, NoHistory: true})
+	require.NoError(t, err)
+	require.EqualError(t, acc.Err(), `outbox: role `+role+` lacks DELETE on table `+b.quoted+`; SELECT, DELETE on table `+attempts)
+
+	acc, err = admin.CheckAccess(t.Context(), &outbox.AccessOpts{NoNotify: true, NoHistory: true})
 	require.NoError(t, err)
 	require.NoError(t, acc.Err())
 }

@@ -19,6 +19,9 @@ type verdict struct {
 	err     error
 	// publishDur is how long Publish took; zero if it was not called.
 	publishDur time.Duration
+	// ended is when a publish that did not deliver ended, on the
+	// database's clock (for the attempt history); zero otherwise.
+	ended time.Time
 }
 
 // worker publishes claimed rows and returns one verdict for each.
@@ -104,6 +107,9 @@ func (w *worker) process(ctx context.Context, c *claimed) verdict {
 	}
 	v := w.classify(c, err)
 	v.publishDur = took
+	if err != nil {
+		v.ended = c.dbTime()
+	}
 	return v
 }
 

@@ -14,10 +14,15 @@ import (
 type timelineStep struct {
 	What, Note, Class string
 	When              template.HTML // times as formatWhen renders them
+	// Attempt is the attempt this step tells of, when it is one from the
+	// history: the step then opens to its error and dispatcher.
+	Attempt *AttemptView
 }
 
-// timeline tells a message's life from its columns: created, each claim
-// (the fencing token counts them), its lease, and how it finished.
+// timeline tells a message's life from its columns and its attempt
+// history: created, each claim (the fencing token counts them), each
+// attempt that did not deliver it (oldest first), its lease, and how it
+// finished.
 func timeline(m *MessageDetailView) []timelineStep {
 	steps := []timelineStep{{What: "Created", When: formatWhen(m.CreatedAt)}}
 	if m.LeaseVersion > 0 {
@@ -26,6 +31,18 @@ func timeline(m *MessageDetailView) []timelineStep {
 			note = "last by " + *m.LeaseOwner
 		}
 		steps = append(steps, timelineStep{What: "Claimed " + formatInt(m.LeaseVersion) + "×", When: template.HTML("attempts " + formatInt(int64(m.Attempts))), Note: note})
+	}
+	for i := len(m.History) - 1; i >= 0; i-- {
+		a := &m.History[i]
+		what := "Attempt " + formatInt(int64(a.Attempt)) + ": " + attemptOutcome[a.Outcome]
+		if a.Status != nil {
+			what += " (" + formatInt(int64(*a.Status)) + ")"
+		}
+		class := "failed"
+		if a.Outcome == string(outbox.OutcomeDead) {
+			class = "dead"
+		}
+		steps = append(steps, timelineStep{What: what, When: formatWhen(a.At), Class: class, Attempt: a})
 	}
 	switch m.Status {
 	case "processing":
@@ -42,6 +59,13 @@ func timeline(m *MessageDetailView) []timelineStep {
 		steps = append(steps, timelineStep{What: "Dead", When: formatWhen(m.DoneAt), Note: deref(m.LastError), Class: "dead"})
 	}
 	return steps
+}
+
+// attemptOutcome says what an attempt of the history came to.
+var attemptOutcome = map[string]string{
+	string(outbox.OutcomeRetry): "failed, retried",
+	string(outbox.OutcomeDefer): "deferred",
+	string(outbox.OutcomeDead):  "failed, dead",
 }
 
 func deref(p *string) string {

@@ -37,6 +37,40 @@ type MessageDetailView struct {
 	UID     string            `json:"uid"`
 	Payload json.RawMessage   `json:"payload"`
 	Headers map[string]string `json:"headers"`
+	// History is the attempt history, newest first: every publish that
+	// did not deliver the message, up to the newest the dispatchers keep.
+	History []AttemptView `json:"history"`
+}
+
+// AttemptView is one entry of a message's attempt history. Status is the
+// receiver's status code (an HTTP status), null when the sink has none.
+type AttemptView struct {
+	At         time.Time `json:"at"`
+	Dispatcher string    `json:"dispatcher"`
+	Attempt    int       `json:"attempt"`
+	DurationMS float64   `json:"duration_ms"`
+	Outcome    string    `json:"outcome"`
+	Error      string    `json:"error"`
+	Status     *int      `json:"status"`
+}
+
+// DetailView is m as the message API returns it (and `outboxd show
+// --json` prints it).
+func DetailView(m *outbox.MessageDetail) *MessageDetailView {
+	return &MessageDetailView{MessageView: messageView(m.MessageSummary), LeaseVersion: m.LeaseVersion, UID: m.UID,
+		Payload: m.Payload, Headers: m.Headers, History: attemptViews(m.History)}
+}
+
+func attemptViews(h []outbox.Attempt) []AttemptView {
+	out := make([]AttemptView, len(h))
+	for i, a := range h {
+		out[i] = AttemptView{At: a.At, Dispatcher: a.Dispatcher, Attempt: a.Attempt,
+			DurationMS: float64(a.Duration.Microseconds()) / 1000, Outcome: string(a.Outcome), Error: a.Error}
+		if a.Status != 0 {
+			out[i].Status = &a.Status
+		}
+	}
+	return out
 }
 
 // CountView is a match count; capped means "at least N". Partial means
@@ -218,7 +252,7 @@ func (s *Server) detail(r *http.Request, t *table) (*MessageDetailView, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &MessageDetailView{MessageView: messageView(m.MessageSummary), LeaseVersion: m.LeaseVersion, UID: m.UID, Payload: m.Payload, Headers: m.Headers}, nil
+	return DetailView(m), nil
 }
 
 func (s *Server) apiMessage(w http.ResponseWriter, r *http.Request, _ principal) {

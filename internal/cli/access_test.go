@@ -34,6 +34,7 @@ func testRunRefusesRoleWithoutPrivileges(t *testing.T, bin string) {
 	c.exec(t, "GRANT SELECT ON "+c.quoted()+" TO "+role)
 	schema := pgx.Identifier{c.schema}.Sanitize()
 	waiters := pgx.Identifier{c.schema, "outbox_waiters"}.Sanitize()
+	attempts := pgx.Identifier{c.schema, "outbox_attempts"}.Sanitize()
 	env := envWith(withUser(t, c.dsn, name, ""))
 	run := func(args ...string) result {
 		t.Helper()
@@ -44,11 +45,19 @@ func testRunRefusesRoleWithoutPrivileges(t *testing.T, bin string) {
 
 	r := run()
 	require.Equal(t, "outboxd: outbox: role "+role+" lacks USAGE on schema "+schema+"; UPDATE on table "+c.quoted()+
-		"; SELECT, INSERT, UPDATE, DELETE on table "+waiters+" (as the table's owner: GRANT USAGE ON SCHEMA "+schema+
+		"; SELECT, INSERT, UPDATE, DELETE on table "+waiters+"; SELECT, INSERT, DELETE on table "+attempts+
+		" (as the table's owner: GRANT USAGE ON SCHEMA "+schema+
 		" TO "+role+"; GRANT UPDATE ON TABLE "+c.quoted()+" TO "+role+"; GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "+
-		waiters+" TO "+role+";)\n", r.stderr)
+		waiters+" TO "+role+"; GRANT SELECT, INSERT, DELETE ON TABLE "+attempts+" TO "+role+";)\n", r.stderr)
 
+	// Recording no attempt history, it needs nothing on the attempts
+	// table but what retention deletes there.
 	c.exec(t, "GRANT USAGE ON SCHEMA "+schema+" TO "+role)
+	r = run("--no-notify", "--attempt-history", "0")
+	require.Equal(t, "outboxd: outbox: role "+role+" lacks UPDATE on table "+c.quoted()+"; SELECT, DELETE on table "+waiters+
+		" (as the table's owner: GRANT UPDATE ON TABLE "+c.quoted()+" TO "+role+"; GRANT SELECT, DELETE ON TABLE "+
+		waiters+" TO "+role+";)\n", r.stderr)
+	c.exec(t, "GRANT SELECT, INSERT, DELETE ON "+attempts+" TO "+role)
 	r = run("--no-notify")
 	require.Equal(t, "outboxd: outbox: role "+role+" lacks UPDATE on table "+c.quoted()+"; SELECT, DELETE on table "+waiters+
 		" (as the table's owner: GRANT UPDATE ON TABLE "+c.quoted()+" TO "+role+"; GRANT SELECT, DELETE ON TABLE "+

@@ -61,6 +61,7 @@ func TestCLI(t *testing.T) {
 		{"Status", testStatus},
 		{"Dead", testDead},
 		{"DeadTop", testDeadTop},
+		{"ShowAttemptHistory", testShowAttemptHistory},
 		{"Purge", testPurge},
 		{"DeadFilter", testDeadFilter},
 		{"Replay", testReplay},
@@ -820,6 +821,65 @@ func testDeadTop(t *testing.T, bin string) {
 	r = c.run(t, "dead", "top", "--limit", "0", "--table", c.table)
 	require.Equal(t, 2, r.code, "%s", r)
 	require.Contains(t, r.stderr, "--limit must be positive")
+}
+
+// A message whose receiver failed three times: `show` prints its attempt
+// history, one line per attempt, the newest first; --json prints the
+// message API's shape.
+func testShowAttemptHistory(t *testing.T, bin string) {
+	c := newCLI(t, bin)
+	c.migrate(t)
+	id := c.enqueue(t, "agg", `{"n":1}`)
+	var mu sync.Mutex
+	codes := []int{http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusTooManyRequests}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(codes) > 0 {
+			code := codes[0]
+			codes = codes[1:]
+			http.Error(w, "not now", code)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	c.ok(t, "run", "--drain", "--sink", srv.URL, "--owner", "relay-7", "--retry-base", "1ms", "--retry-cap", "5ms", "--table", c.table)
+
+	r := c.ok(t, "show", strconv.FormatInt(id, 10), "--table", c.table)
+	require.Regexp(t, `(?m)^status\s+done$`, r.stdout)
+	require.Contains(t, r.stdout, "\nattempt history (3, newest first)\n")
+	require.Regexp(t, `(?m)^AT\s+ATTEMPT\s+OUTCOME\s+STATUS\s+TOOK\s+DISPATCHER\s+ERROR$`, r.stdout)
+	lines := regexp.MustCompile(`(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\s+(\d)\s+retry\s+(\d+)\s+\S+\s+relay-7\s+retryable: httpsink: POST .*: HTTP (\d+) .*$`).FindAllStringSubmatch(r.stdout, -1)
+	require.Len(t, lines, 3, "%s", r.stdout)
+	for i, want := range [][]string{{"3", "429"}, {"2", "502"}, {"1", "503"}} {
+		require.Equal(t, want, []string{lines[i][1], lines[i][2]}, "newest first")
+		require.Equal(t, lines[i][2], lines[i][3], "the status is the receiver's")
+	}
+
+	r = c.ok(t, "show", strconv.FormatInt(id, 10), "--json", "--table", c.table)
+	var m struct {
+		ID      int64                        `json:"id"`
+		History []map[string]json.RawMessage `json:"history"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &m), "%s", r)
+	require.Equal(t, id, m.ID)
+	require.Len(t, m.History, 3)
+	require.Equal(t, []string{"at", "attempt", "dispatcher", "duration_ms", "error", "outcome", "status"}, keys(m.History[0]))
+	require.JSONEq(t, "429", string(m.History[0]["status"]))
+
+	// A message delivered at once has no history; an unknown id and a bad
+	// one are one line each.
+	other := c.enqueue(t, "agg", `{"n":2}`)
+	c.ok(t, "run", "--drain", "--sink", srv.URL, "--table", c.table)
+	r = c.ok(t, "show", strconv.FormatInt(other, 10), "--table", c.table)
+	require.Contains(t, r.stdout, "\nno failed attempts recorded\n")
+	r = c.run(t, "show", "999999", "--table", c.table)
+	require.Equal(t, 1, r.code, "%s", r)
+	require.Equal(t, "outboxd: no message 999999 in "+c.table+"\n", r.stderr)
+	r = c.run(t, "show", "abc", "--table", c.table)
+	require.Equal(t, 2, r.code, "%s", r)
+	require.Equal(t, 1, strings.Count(r.stderr, "\n"), "%s", r.stderr)
 }
 
 func testDead(t *testing.T, bin string) {

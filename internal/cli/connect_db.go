@@ -24,7 +24,7 @@ func databaseChecks(ctx context.Context, e *env, s *runSetup) []checkLine {
 			"correct --dsn / OUTBOX_DSN (host, port, database, user, password) or start the server"))}
 	}
 	defer pool.Close()
-	opts := &outbox.AccessOpts{NoNotify: s.rf.noNotify, Retention: s.retention > 0}
+	opts := &outbox.AccessOpts{NoNotify: s.rf.noNotify, Retention: s.retention > 0, NoHistory: s.rf.attemptHistory == 0}
 	acc, err := a.CheckAccess(ctx, opts)
 	if err != nil {
 		return []checkLine{db(sinkutil.Failed("reachable", err, "check the server's logs"))}
@@ -64,6 +64,9 @@ func grantLine(table string, acc *outbox.Access, opts *outbox.AccessOpts) checkL
 	what := "grants: " + strings.Join(tablePrivs, ", ") + " on the table"
 	if len(waiterPrivs) > 0 {
 		what += "; " + strings.Join(waiterPrivs, ", ") + " on " + acc.WaitersTable
+	}
+	if p := opts.AttemptPrivileges(); len(p) > 0 {
+		what += "; " + strings.Join(p, ", ") + " on " + acc.AttemptsTable
 	}
 	var pe *outbox.PrivilegeError
 	if !errors.As(acc.Err(), &pe) {

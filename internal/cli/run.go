@@ -317,7 +317,7 @@ func (s *runSetup) checkAccess(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return err
 	}
-	acc, err := admin.CheckAccess(ctx, &outbox.AccessOpts{NoNotify: s.rf.noNotify, Retention: s.retention > 0})
+	acc, err := admin.CheckAccess(ctx, &outbox.AccessOpts{NoNotify: s.rf.noNotify, Retention: s.retention > 0, NoHistory: s.rf.attemptHistory == 0})
 	if err != nil {
 		return poolerHint(err)
 	}

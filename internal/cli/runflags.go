@@ -14,7 +14,7 @@ import (
 // runFlags are the dispatcher options shared by run, demo and bench.
 type runFlags struct {
 	sink                                         string
-	workers, batch, maxAttempts                  int
+	workers, batch, maxAttempts, attemptHistory  int
 	lease, pollInterval, publishTimeout          time.Duration
 	retryBase, retryCap, deferDelay, deferMaxAge time.Duration
 	heartbeat, fetchCooldown                     time.Duration
@@ -33,6 +33,8 @@ func (r *runFlags) register(fs *flag.FlagSet, defaultSink string) {
 	setsField(fs, "batch", "BatchSize")
 	fs.IntVar(&r.maxAttempts, "max-attempts", outbox.MaxAttemptsDefault, "claims per message before it goes dead")
 	setsField(fs, "max-attempts", "MaxAttempts")
+	fs.IntVar(&r.attemptHistory, "attempt-history", outbox.AttemptHistoryDefault, "failed attempts each message keeps in its history (outboxd show ID); 0 = record none")
+	setsField(fs, "attempt-history", "AttemptHistory")
 	fs.StringVar(&r.leaseMode, "lease-mode", string(outbox.LeaseRows), "row: a lease written on each claimed row; shard: leases on whole shards, one write per message (the table needs migrate --shards N); cursor: snapshot cursors on shard leases, a write per batch and none per message delivered (the table needs migrate --shards N --cursor)")
 	setsField(fs, "lease-mode", "LeaseMode")
 	fs.BoolVar(&r.ordered, "ordered", false, "deliver each aggregate_id in id order (only the head is claimable)")
@@ -68,7 +70,7 @@ func (r *runFlags) register(fs *flag.FlagSet, defaultSink string) {
 
 // zeroMeans names the numeric flags whose 0 is a setting of its own (not the
 // library's "use the default"), so a person may type it.
-var zeroMeans = map[string]bool{"heartbeat": true, "defer-max-age": true}
+var zeroMeans = map[string]bool{"heartbeat": true, "defer-max-age": true, "attempt-history": true}
 
 // refuseZeros refuses a zero or negative value of a numeric flag that a
 // person set (by flag, environment or file): the library reads 0 as "the
@@ -123,7 +125,8 @@ func flagFor(fs *flag.FlagSet, field string) string {
 // config builds the dispatcher config from the flags. The library alone
 // validates it, and its *outbox.ConfigError is rendered with the flags'
 // names. A zero means the library's default, as it does there, but for
-// --defer-max-age, whose 0 is the library's "no limit", -1.
+// --defer-max-age, whose 0 is the library's "no limit", -1, and
+// --attempt-history, whose 0 is the library's "record none", -1.
 func (r *runFlags) config(table string, logger *slog.Logger) (*outbox.Config, error) {
 	if err := r.refuseZeros(); err != nil {
 		return nil, err
@@ -132,12 +135,17 @@ func (r *runFlags) config(table string, logger *slog.Logger) (*outbox.Config, er
 	if maxAge == 0 {
 		maxAge = outbox.NoDeferMaxAge
 	}
+	history := r.attemptHistory
+	if history == 0 {
+		history = outbox.NoAttemptHistory
+	}
 	cfg := &outbox.Config{
 		Table: table, Owner: r.owner, Workers: r.workers, BatchSize: r.batch, MaxAttempts: r.maxAttempts,
 		Lease: r.lease, PollInterval: r.pollInterval, PublishTimeout: r.publishTimeout,
 		RetryBase: r.retryBase, RetryCap: r.retryCap, DeferDelay: r.deferDelay, DeferMaxAge: maxAge,
 		Ordered: r.ordered, DisableNotify: r.noNotify, Logger: logger, HeartbeatInterval: r.heartbeat,
 		FetchCooldown: r.fetchCooldown, IDNamespace: r.idNamespace, LeaseMode: outbox.LeaseMode(r.leaseMode),
+		AttemptHistory: history,
 	}
 	if err := cfg.WithDefaults().Validate(); err != nil {
 		var ce *outbox.ConfigError

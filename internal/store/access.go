@@ -27,20 +27,25 @@ type Access struct {
 	// SchemaUsage is whether the role may use the table's schema; false
 	// when the table does not exist.
 	SchemaUsage bool
-	// MissingTable and MissingWaiters are the asked-for privileges the role
-	// lacks on each table; nil when that table does not exist.
-	MissingTable, MissingWaiters []string
+	// Attempts is the attempt history's table, named as Waiters is.
+	Attempts Table
+	// MissingTable, MissingWaiters and MissingAttempts are the asked-for
+	// privileges the role lacks on each table; nil when that table does
+	// not exist.
+	MissingTable, MissingWaiters, MissingAttempts []string
 }
 
 // Access reads the table's migration state and the role's privileges:
-// tablePrivs on the table and waiterPrivs on the waiters table.
-func (s *Store) Access(ctx context.Context, db DB, tablePrivs, waiterPrivs []string) (*Access, error) {
-	a := Access{Waiters: s.Table.Waiters()}
+// tablePrivs on the table, waiterPrivs on the waiters table and
+// attemptPrivs on the attempts table.
+func (s *Store) Access(ctx context.Context, db DB, tablePrivs, waiterPrivs, attemptPrivs []string) (*Access, error) {
+	a := Access{Waiters: s.Table.Waiters(), Attempts: s.Table.Attempts()}
 	var usage *bool
 	err := db.QueryRow(ctx, s.access, s.Table.ident(""), s.Table.Waiters().ident(""), s.Table.WakeTrigger(),
-		tablePrivs, waiterPrivs, s.Table.Schema, s.Table.Name, s.migratedRelations()).Scan(&a.Role, &a.ServerVersion, &a.Schema,
+		tablePrivs, waiterPrivs, s.Table.Schema, s.Table.Name, s.migratedRelations(), attemptPrivs,
+		s.Table.Attempts().ident("")).Scan(&a.Role, &a.ServerVersion, &a.Schema,
 		&a.TableExists, &a.HeadersColumn, &a.WaitersExists, &a.WakeTrigger, &a.MissingRelations, &usage,
-		&a.MissingTable, &a.MissingWaiters)
+		&a.MissingTable, &a.MissingWaiters, &a.MissingAttempts)
 	if err != nil {
 		return nil, translate(err)
 	}

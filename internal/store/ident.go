@@ -59,15 +59,17 @@ func (t Table) String() string {
 // The names the migrations derive from the table's, each spelled here
 // only: suffixes of the table's name.
 const (
-	suffixWaiters   = "_waiters"
-	suffixWake      = "_wake" // the wake function (schema-qualified) and its trigger
-	suffixReady     = "_ready"
-	suffixLeased    = "_leased"
-	suffixAggregate = "_aggregate_head"
-	suffixDead      = "_dead"
-	suffixDone      = "_done"
-	suffixAudit     = "_audit"
-	suffixNonEmpty  = "_nonempty" // the check constraint refusing empty names
+	suffixWaiters       = "_waiters"
+	suffixWake          = "_wake" // the wake function (schema-qualified) and its trigger
+	suffixReady         = "_ready"
+	suffixLeased        = "_leased"
+	suffixAggregate     = "_aggregate_head"
+	suffixDead          = "_dead"
+	suffixDone          = "_done"
+	suffixAudit         = "_audit"
+	suffixNonEmpty      = "_nonempty" // the check constraint refusing empty names
+	suffixAttempts      = "_attempts" // the attempt history (and its index, "_attempts_message")
+	suffixAttemptsIndex = "_attempts_message"
 	// Shard leases (Store.EnableShards).
 	suffixShards       = "_shards"
 	suffixShardMembers = "_shard_members"
@@ -82,8 +84,9 @@ const (
 )
 
 // relationSuffixes are the relations the migrations create beside the
-// table: its indexes and the waiters and audit tables.
-var relationSuffixes = []string{suffixReady, suffixLeased, suffixAggregate, suffixDead, suffixDone, suffixWaiters, suffixAudit}
+// table: its indexes and the waiters, audit and attempts tables.
+var relationSuffixes = []string{suffixReady, suffixLeased, suffixAggregate, suffixDead, suffixDone, suffixWaiters, suffixAudit,
+	suffixAttempts, suffixAttemptsIndex}
 
 // Channel is the table's wake-up notification channel, "schema.name"; the
 // table must be resolved (its Schema set, as Resolve returns it).
@@ -91,6 +94,9 @@ func (t Table) Channel() string { return t.Schema + "." + t.Name }
 
 // Waiters is the waiters table, in the table's schema.
 func (t Table) Waiters() Table { return Table{Schema: t.Schema, Name: t.Name + suffixWaiters} }
+
+// Attempts is the attempt history's table, in the table's schema.
+func (t Table) Attempts() Table { return Table{Schema: t.Schema, Name: t.Name + suffixAttempts} }
 
 // WakeTrigger is the wake-up trigger's name (unquoted; a trigger takes no
 // schema).
@@ -132,6 +138,8 @@ func (t Table) replacer() *strings.Replacer {
 		"{{done_index}}", t.bare(suffixDone),
 		"{{audit}}", t.ident(suffixAudit),
 		"{{nonempty_check}}", t.bare(suffixNonEmpty),
+		"{{attempts}}", t.ident(suffixAttempts),
+		"{{attempts_index}}", t.bare(suffixAttemptsIndex),
 		"{{shards}}", t.ident(suffixShards),
 		"{{shard_members}}", t.ident(suffixShardMembers),
 		"{{shard_function}}", t.ident(suffixShard),

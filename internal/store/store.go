@@ -44,6 +44,7 @@ type Store struct {
 	purgeIndex                                                         string
 	types, heartbeat                                                   string
 	gauges, access, dropWake                                           string
+	attemptsRecord, attemptsList                                       string
 	console                                                            consoleSQL
 	// cursorConsole is console for a table under snapshot cursors.
 	cursorConsole consoleSQL
@@ -99,6 +100,8 @@ func newStore(t Table) *Store {
 		gauges:           load("sql/gauges.sql"),
 		access:           load("sql/access.sql"),
 		dropWake:         load("sql/drop_wake_trigger.sql"),
+		attemptsRecord:   load("sql/attempts_record.sql"),
+		attemptsList:     load("sql/attempts_list.sql"),
 		console:          loadConsole(r, "{{table}}"),
 		cursorConsole:    cursorConsole(r),
 		shards:           loadShards(load),

@@ -279,12 +279,19 @@ func (s *Sink) Publish(ctx context.Context, msg *outbox.Message) error {
 	return s.classify(resp)
 }
 
-// classify maps a response onto the outcome; see the package doc.
+// classify maps a response onto the outcome (see the package doc), which
+// carries the status code for the attempt history.
 func (s *Sink) classify(resp *http.Response) error {
+	if code := resp.StatusCode; code < 200 || code > 299 {
+		return outbox.WithResponseStatus(s.outcome(resp), code)
+	}
+	return nil
+}
+
+// outcome is the outcome of a response that is not a success.
+func (s *Sink) outcome(resp *http.Response) error {
 	code := resp.StatusCode
 	switch {
-	case code >= 200 && code <= 299:
-		return nil
 	case code == http.StatusUnauthorized, code == http.StatusForbidden, code == http.StatusProxyAuthRequired:
 		return outbox.Unavailable(s.statusError(resp))
 	case code == http.StatusTooEarly:

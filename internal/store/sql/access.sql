@@ -5,7 +5,9 @@
 -- bare name, $4 the privileges needed on the table, $5 those needed on the
 -- waiters table, $6 the schema as written ('' for none), $7 the name, $8
 -- the relations the migrations create beside the table (indexes, the
--- waiters and audit tables), by bare name, looked for in the table's schema.
+-- waiters, audit and attempts tables), by bare name, looked for in the
+-- table's schema; $9 the privileges needed on the attempts table, $10 its
+-- quoted name.
 -- Privilege tests run only on relations that exist (CASE evaluates
 -- lazily), since has_table_privilege fails on a missing one. A qualified
 -- name is looked up in the catalogs rather than by to_regclass, which
@@ -25,6 +27,12 @@ w AS (
         SELECT c.oid FROM pg_catalog.pg_class AS c
         JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
         WHERE n.nspname = $6 AND c.relname = $7 || '_waiters') END AS oid
+),
+h AS (
+    SELECT CASE WHEN $6 = '' THEN to_regclass($10)::oid ELSE (
+        SELECT c.oid FROM pg_catalog.pg_class AS c
+        JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+        WHERE n.nspname = $6 AND c.relname = $7 || '_attempts') END AS oid
 )
 SELECT current_user::text,
        current_setting('server_version_num')::int,
@@ -54,5 +62,10 @@ SELECT current_user::text,
            ARRAY(SELECT p FROM unnest($5::text[]) AS p
                  WHERE NOT CASE WHEN p = 'DELETE' THEN has_table_privilege(w.oid, p)
                                 ELSE has_any_column_privilege(w.oid, p) END)
+       END,
+       CASE WHEN h.oid IS NOT NULL THEN
+           ARRAY(SELECT p FROM unnest($9::text[]) AS p
+                 WHERE NOT CASE WHEN p = 'DELETE' THEN has_table_privilege(h.oid, p)
+                                ELSE has_any_column_privilege(h.oid, p) END)
        END
-FROM t, w
+FROM t, w, h

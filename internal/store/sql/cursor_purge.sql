@@ -25,6 +25,10 @@ victims AS (
 deleted AS (
     DELETE FROM {{table}} AS o WHERE o.id = ANY (ARRAY(SELECT id FROM victims))
     RETURNING o.id
+),
+-- Their attempt histories go with them.
+history AS (
+    DELETE FROM {{attempts}} AS a WHERE a.message_id = ANY (ARRAY(SELECT id FROM deleted))
 )
 SELECT (SELECT count(*) FROM scanned), (SELECT count(*) FROM deleted),
        coalesce((SELECT max(id) FROM scanned), $2),

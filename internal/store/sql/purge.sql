@@ -22,6 +22,10 @@ WITH victims AS (
 deleted AS (
     DELETE FROM {{table}} AS o WHERE o.id = ANY (ARRAY(SELECT id FROM victims))
     RETURNING o.id, o.done_at
+),
+-- Their attempt histories go with them.
+history AS (
+    DELETE FROM {{attempts}} AS a WHERE a.message_id = ANY (ARRAY(SELECT id FROM deleted))
 )
 SELECT count(*),
        (array_agg(done_at ORDER BY done_at DESC, id DESC))[1],

@@ -1,8 +1,11 @@
--- Resolve: the table's schema and name, and whether it has every column the
--- current version reads; no row if it does not exist.
+-- Resolve: the table's schema and name, and whether it has every column and
+-- companion table the current version reads and writes (the attempt
+-- history); no row if it does not exist.
 SELECT n.nspname, c.relname,
        (SELECT count(*) = 2 FROM pg_catalog.pg_attribute AS a
         WHERE a.attrelid = c.oid AND a.attname IN ('headers', 'uid') AND NOT a.attisdropped)
+       AND EXISTS (SELECT 1 FROM pg_catalog.pg_class AS h
+                   WHERE h.relnamespace = c.relnamespace AND h.relname = c.relname || '_attempts')
 FROM pg_catalog.pg_class AS c
 JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
 WHERE c.oid = to_regclass($1)

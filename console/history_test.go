@@ -1,0 +1,108 @@
+package console_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/console"
+)
+
+// relayWithFailures enqueues one message and relays it through a sink
+// that fails it three times (503, 500, then a connection error without a
+// status) before it delivers; it returns the message's id.
+func (b *testBundle) relayWithFailures(t *testing.T) int64 {
+	t.Helper()
+	id := b.enqueueOne(t, "o-1")
+	var calls atomic.Int32
+	sink := outbox.SinkFunc(func(context.Context, *outbox.Message) error {
+		switch calls.Add(1) {
+		case 1:
+			return outbox.WithResponseStatus(outbox.Retryable(errors.New("HTTP 503: upstream timeout")), 503)
+		case 2:
+			return outbox.WithResponseStatus(outbox.Retryable(errors.New("HTTP 500: <b>oops</b>")), 500)
+		case 3:
+			return outbox.Retryable(errors.New("connection refused"))
+		}
+		return nil
+	})
+	d, err := outbox.NewDispatcher(b.pool, sink, &outbox.Config{Table: b.table, Owner: "relay-a", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		PollInterval: 20 * time.Millisecond, RetryBase: time.Millisecond, RetryCap: 2 * time.Millisecond})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, d.Drain(ctx))
+	return id
+}
+
+func (b *testBundle) enqueueOne(t *testing.T, aggregateID string) int64 {
+	t.Helper()
+	tx, err := b.pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer tx.Rollback(t.Context()) //nolint:errcheck // no-op after commit
+	ids, err := outbox.Producer{Table: b.table}.Enqueue(t.Context(), tx,
+		outbox.NewMessage{AggregateType: "order", AggregateID: aggregateID, EventType: "OrderPaid", Payload: map[string]int{"n": 1}})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(t.Context()))
+	return ids[0]
+}
+
+// The message API returns the attempt history, newest first, in the shape
+// the API documents; the message page tells it in its timeline.
+func TestMessageAttemptHistory(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Config{Credentials: console.Credentials{Token: testToken}})
+	id := b.relayWithFailures(t)
+	c := b.client(t, bearer(testToken))
+	r := c.get(fmt.Sprintf("/api/v1/tables/%s/messages/%d", b.table, id))
+	require.Equal(t, 200, r.code, r.body)
+	var raw struct {
+		History []map[string]json.RawMessage `json:"history"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.body), &raw))
+	require.Len(t, raw.History, 3)
+	for _, h := range raw.History {
+		keys := make([]string, 0, len(h))
+		for k := range h {
+			keys = append(keys, k)
+		}
+		require.ElementsMatch(t, []string{"at", "dispatcher", "attempt", "duration_ms", "outcome", "error", "status"}, keys)
+	}
+	d := decode[console.MessageDetailView](t, r)
+	require.Equal(t, "done", d.Status)
+	require.Nil(t, d.History[0].Status, "a sink without a status code: null")
+	require.Equal(t, "null", string(raw.History[0]["status"]))
+	require.Equal(t, 500, *d.History[1].Status)
+	require.Equal(t, 503, *d.History[2].Status)
+	for i, h := range d.History {
+		require.Equal(t, 3-i, h.Attempt, "newest first")
+		require.Equal(t, "retry", h.Outcome)
+		require.Equal(t, "relay-a", h.Dispatcher)
+		require.Positive(t, h.DurationMS)
+	}
+	require.Contains(t, d.History[2].Error, "upstream timeout")
+
+	// A message delivered at once has an empty history, not null.
+	r = c.get(fmt.Sprintf("/api/v1/tables/%s/messages/%d", b.table, b.enqueueOne(t, "o-2")))
+	require.Contains(t, r.body, `"history": []`)
+
+	pc := b.client(t, nil)
+	pc.login(map[string][]string{"token": {testToken}})
+	page := pc.get(fmt.Sprintf("/t/%s/messages/%d", b.table, id))
+	require.Equal(t, 200, page.code)
+	require.Equal(t, 3, strings.Count(page.body, `<details class="attempt">`))
+	require.Contains(t, page.body, "Attempt 1: failed, retried (503)")
+	require.Contains(t, page.body, "Attempt 3: failed, retried</strong>", "no status, none shown")
+	require.Contains(t, page.body, "HTTP 500: &lt;b&gt;oops&lt;/b&gt;", "the error is escaped")
+	require.Less(t, strings.Index(page.body, "Attempt 1:"), strings.Index(page.body, "Attempt 3:"), "the timeline runs oldest first")
+}
