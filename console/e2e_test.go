@@ -112,6 +112,7 @@ func TestE2EBrowser(t *testing.T) {
 	npmCI(t)
 	bin := buildBinary(t)
 	b := setup(t, console.Config{Credentials: console.Credentials{Token: testToken}})
+	history := b.relayWithFailures(t)
 	const matching, other = 3000, 40
 	b.seed(t, 400, "OrderPaid", "done")
 	b.seed(t, matching, "PaymentFailed", "dead")
@@ -139,7 +140,8 @@ func TestE2EBrowser(t *testing.T) {
 	cmd := exec.CommandContext(ctx, node, "console.mjs")
 	cmd.Dir = "e2e"
 	cmd.Env = append(os.Environ(), "CONSOLE_URL=http://"+addr, "CONSOLE_TOKEN="+testToken, "CONSOLE_TABLE="+b.table,
-		"DEAD_EVENT=PaymentFailed", fmt.Sprint("DEAD_MATCHING=", matching), fmt.Sprint("DEAD_OTHER=", other), "SCREENSHOTS="+shots)
+		"DEAD_EVENT=PaymentFailed", fmt.Sprint("DEAD_MATCHING=", matching), fmt.Sprint("DEAD_OTHER=", other), "SCREENSHOTS="+shots,
+		fmt.Sprint("HISTORY_ID=", history))
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()

@@ -18,14 +18,17 @@ import (
 	"github.com/outboxd/outbox/console"
 )
 
-// relayWithFailures enqueues one message and relays it through a sink
-// that fails it three times (503, 500, then a connection error without a
-// status) before it delivers; it returns the message's id.
+// relayWithFailures enqueues one message and relays the table through a
+// sink that fails that message three times (503, 500, then a connection
+// error without a status) before it delivers it; it returns its id.
 func (b *testBundle) relayWithFailures(t *testing.T) int64 {
 	t.Helper()
 	id := b.enqueueOne(t, "o-1")
 	var calls atomic.Int32
-	sink := outbox.SinkFunc(func(context.Context, *outbox.Message) error {
+	sink := outbox.SinkFunc(func(_ context.Context, m *outbox.Message) error {
+		if m.ID != id {
+			return nil
+		}
 		switch calls.Add(1) {
 		case 1:
 			return outbox.WithResponseStatus(outbox.Retryable(errors.New("HTTP 503: upstream timeout")), 503)

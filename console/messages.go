@@ -61,6 +61,19 @@ func DetailView(m *outbox.MessageDetail) *MessageDetailView {
 		Payload: m.Payload, Headers: m.Headers, History: attemptViews(m.History)}
 }
 
+// Took is the attempt's duration for a person: microseconds under a
+// millisecond, then milliseconds, then seconds.
+func (a AttemptView) Took() string {
+	switch ms := a.DurationMS; {
+	case ms < 1:
+		return strconv.FormatFloat(ms*1000, 'f', 0, 64) + " µs"
+	case ms < 1000:
+		return strconv.FormatFloat(ms, 'f', 1, 64) + " ms"
+	default:
+		return strconv.FormatFloat(ms/1000, 'f', 2, 64) + " s"
+	}
+}
+
 func attemptViews(h []outbox.Attempt) []AttemptView {
 	out := make([]AttemptView, len(h))
 	for i, a := range h {

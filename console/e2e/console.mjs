@@ -5,13 +5,15 @@
 //
 // Environment: CONSOLE_URL, CONSOLE_TOKEN, CONSOLE_TABLE, DEAD_EVENT (the
 // event type to filter on), DEAD_MATCHING and DEAD_OTHER (the dead counts
-// with and without that event type), SCREENSHOTS (a directory, optional).
+// with and without that event type), HISTORY_ID (a message delivered at its
+// fourth attempt), SCREENSHOTS (a directory, optional).
 import { chromium } from 'playwright-core';
 import path from 'node:path';
 
 const env = (k) => { const v = process.env[k]; if (!v) throw new Error(`${k} is not set`); return v; };
 const base = env('CONSOLE_URL'), token = env('CONSOLE_TOKEN'), table = env('CONSOLE_TABLE');
 const deadEvent = env('DEAD_EVENT'), deadMatching = Number(env('DEAD_MATCHING')), deadOther = Number(env('DEAD_OTHER'));
+const historyID = env('HISTORY_ID');
 const shots = process.env.SCREENSHOTS || '';
 const t = (p) => `${base}/t/${encodeURIComponent(table)}${p}`;
 
@@ -78,6 +80,25 @@ try {
   check((await page.textContent('h1')).startsWith('Message '), 'detail page');
   check(await page.locator('#payload').count() === 1, 'payload shown');
   await shot(page, 'message');
+
+  // The attempt timeline: each failed attempt, oldest first, opens to its
+  // dispatcher, duration and error.
+  await visit(page, t('/messages/' + historyID), 'message_history');
+  const attempts = page.locator('ol.timeline details.attempt');
+  check(await attempts.count() === 3, `three failed attempts in the timeline: ${await attempts.count()}`);
+  const summaries = await page.locator('ol.timeline details.attempt summary strong').allTextContents();
+  check(summaries[0] === 'Attempt 1: failed, retried (503)' && summaries[2] === 'Attempt 3: failed, retried',
+    `the attempts, oldest first: ${summaries}`);
+  for (let i = 0; i < 3; i++) {
+    const a = attempts.nth(i);
+    check(!(await a.locator('dd.error').isVisible()), `attempt ${i + 1} starts closed`);
+    await a.locator('summary').click();
+    check(await a.locator('dd.error').isVisible(), `attempt ${i + 1} opens to its error`);
+  }
+  check((await attempts.nth(0).locator('dd.error').textContent()).includes('upstream timeout'), 'the first attempt\'s error');
+  check((await attempts.nth(1).locator('dd.error').textContent()).includes('<b>oops</b>'), 'an error shown as text, not markup');
+  check((await attempts.nth(2).locator('dd code').textContent()) === 'relay-a', 'the dispatcher that made it');
+  await shot(page, 'message-attempts');
 
   // Dead letters: filter by event type through the form.
   await visit(page, t('/dead'), 'dead');
