@@ -44,7 +44,7 @@ type completer struct {
 
 func newCompleter(d *Dispatcher, mode lease.Mode, s *slots, leases *lease.Registry, maxBatch int) *completer {
 	return &completer{
-		mode: mode, slots: s, leases: leases, settle: d.settle, engine: d.engine(), history: d.newHistory(),
+		mode: mode, slots: s, leases: leases, settle: d.settle, engine: d.engine(),
 		confirm: func(ctx context.Context, w []store.RowWrite) ([]bool, error) {
 			return d.store.FinalizeWritten(ctx, d.pool, w)
 		},

@@ -229,13 +229,17 @@ func (d *Dispatcher) relay(ctx context.Context, drain bool, mode lease.Mode, lea
 	for range d.cfg.Workers {
 		workers.Go(func() { w.run(ctx, claims, verdicts) })
 	}
-	var completers sync.WaitGroup
+	var completers, recorder sync.WaitGroup
+	history := d.newHistory()
+	if history != nil {
+		recorder.Go(history.run)
+	}
 	for range d.cfg.completers() {
 		c := newCompleter(d, mode, capacity, leases, size)
 		if b, ok := mode.(lease.Batched); ok {
 			c = newBatchedCompleter(d, b, capacity, leases, size)
 		}
-		c.chains = chained
+		c.chains, c.history = chained, history
 		completers.Go(func() { c.run(verdicts) })
 	}
 
@@ -250,6 +254,10 @@ func (d *Dispatcher) relay(ctx context.Context, drain bool, mode lease.Mode, lea
 	workers.Wait()
 	close(verdicts)
 	completers.Wait()
+	if history != nil {
+		close(history.queue)
+		recorder.Wait()
+	}
 }
 
 // engine is what every stage of a run reports to and reads the time from.
