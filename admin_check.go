@@ -70,6 +70,21 @@ func (o *AccessOpts) AttemptPrivileges() []string {
 	return nil
 }
 
+// DispatcherPrivileges returns the privileges a dispatcher needs on the
+// dispatchers table, where it reports itself while it runs: it inserts or
+// updates its row, deletes it when it stops and deletes the rows of
+// dispatchers unseen for an hour.
+func (o *AccessOpts) DispatcherPrivileges() []string {
+	return []string{"SELECT", "INSERT", "UPDATE", "DELETE"}
+}
+
+// companions are the companion tables of t whose privileges o needs, in
+// the order Access reports them: the attempts table, then the
+// dispatchers table.
+func (o *AccessOpts) companions(t store.Table) []store.Companion {
+	return []store.Companion{{Table: t.Attempts(), Privs: o.AttemptPrivileges()}, {Table: t.Dispatchers(), Privs: o.DispatcherPrivileges()}}
+}
+
 // Access is what [Admin.CheckAccess] found: the server, the table's
 // migration state and what the connected role may do.
 type Access struct {
@@ -89,21 +104,23 @@ type Access struct {
 	Missing     []string
 	// SchemaUsage is whether the role may use the table's schema.
 	SchemaUsage bool
-	// MissingTable, MissingWaiters and MissingAttempts are the privileges
-	// the dispatcher needs and the role lacks, on the table, on its waiters
-	// table and on its attempts table.
-	MissingTable, MissingWaiters, MissingAttempts []string
+	// MissingTable, MissingWaiters, MissingAttempts and MissingDispatchers
+	// are the privileges the dispatcher needs and the role lacks, on the
+	// table, on its waiters table, on its attempts table and on its
+	// dispatchers table.
+	MissingTable, MissingWaiters, MissingAttempts, MissingDispatchers []string
 	// ListenErr is the error of a trial LISTEN (rolled back), nil when it
 	// worked or was not tried (NoNotify, or no table).
 	ListenErr error
 	// WaitersTable is the waiters table beside the table, named as the
 	// table was given (NAME_waiters, or SCHEMA.NAME_waiters).
 	WaitersTable string
-	// AttemptsTable is the attempts table beside the table, named as
-	// WaitersTable is.
-	AttemptsTable string
-	// waiters and attempts are those tables' bare names, for Err.
-	waiters, attempts string
+	// AttemptsTable and DispatchersTable are the attempts and dispatchers
+	// tables beside the table, named as WaitersTable is.
+	AttemptsTable, DispatchersTable string
+	// waiters, attempts and dispatchers are those tables' bare names, for
+	// Err.
+	waiters, attempts, dispatchers string
 }
 
 // CheckAccess reads, from the catalogs, whether the table exists with every
@@ -112,7 +129,7 @@ type Access struct {
 // inside a transaction it rolls back. It changes nothing.
 func (a *Admin) CheckAccess(ctx context.Context, opts *AccessOpts) (*Access, error) {
 	tablePrivs, waiterPrivs := opts.Privileges()
-	sa, err := a.store.Access(ctx, a.db, tablePrivs, waiterPrivs, opts.AttemptPrivileges())
+	sa, err := a.store.Access(ctx, a.db, tablePrivs, waiterPrivs, opts.companions(a.store.Table))
 	if err != nil {
 		return nil, fmt.Errorf("outbox: reading the catalogs: %w", err)
 	}
@@ -149,10 +166,13 @@ func (a *Admin) CheckAccess(ctx context.Context, opts *AccessOpts) (*Access, err
 
 // accessOf is the public form of what the store read.
 func accessOf(sa *store.Access, name string) *Access {
+	t := store.Table{Schema: sa.Waiters.Schema, Name: name}
 	out := &Access{Role: sa.Role, ServerVersion: sa.ServerVersion, TableExists: sa.TableExists,
 		SchemaUsage: sa.SchemaUsage, MissingTable: sa.MissingTable, MissingWaiters: sa.MissingWaiters,
-		MissingAttempts: sa.MissingAttempts, WaitersTable: sa.Waiters.String(), waiters: sa.Waiters.Name,
-		AttemptsTable: sa.Attempts.String(), attempts: sa.Attempts.Name}
+		MissingAttempts: sa.MissingCompanions[0], MissingDispatchers: sa.MissingCompanions[1],
+		WaitersTable: sa.Waiters.String(), waiters: sa.Waiters.Name,
+		AttemptsTable: t.Attempts().String(), attempts: t.Attempts().Name,
+		DispatchersTable: t.Dispatchers().String(), dispatchers: t.Dispatchers().Name}
 	if sa.TableExists {
 		out.Schema, out.Name = sa.Schema, name
 	}
@@ -160,11 +180,12 @@ func accessOf(sa *store.Access, name string) *Access {
 }
 
 // Err returns a [*PrivilegeError] listing every privilege the role lacks
-// (USAGE on the schema, then those on the table, its waiters table and its
-// attempts table), or nil when it lacks none or the table does not exist
+// (USAGE on the schema, then those on the table, its waiters table, its
+// attempts table and its dispatchers table), or nil when it lacks none or the table does not exist
 // (which is not a matter of privileges: see TableExists).
 func (a *Access) Err() error {
-	if !a.TableExists || (a.SchemaUsage && len(a.MissingTable) == 0 && len(a.MissingWaiters) == 0 && len(a.MissingAttempts) == 0) {
+	if !a.TableExists || (a.SchemaUsage && len(a.MissingTable) == 0 && len(a.MissingWaiters) == 0 &&
+		len(a.MissingAttempts) == 0 && len(a.MissingDispatchers) == 0) {
 		return nil
 	}
 	e := &PrivilegeError{Role: a.Role}
@@ -175,7 +196,7 @@ func (a *Access) Err() error {
 	for _, m := range []struct {
 		privs []string
 		name  string
-	}{{a.MissingTable, a.Name}, {a.MissingWaiters, a.waiters}, {a.MissingAttempts, a.attempts}} {
+	}{{a.MissingTable, a.Name}, {a.MissingWaiters, a.waiters}, {a.MissingAttempts, a.attempts}, {a.MissingDispatchers, a.dispatchers}} {
 		if len(m.privs) > 0 {
 			e.Missing = append(e.Missing, MissingPrivileges{Privileges: m.privs, ObjectType: "table",
 				Object: pgx.Identifier{a.Schema, m.name}.Sanitize()})

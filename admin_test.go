@@ -30,7 +30,8 @@ func TestAdminStatus(t *testing.T) {
 			"oldest_pending_age_seconds": null,
 			"expired_leases": 0,
 			"attempts": {},
-			"blocked": {"aggregates": 0, "messages": 0}
+			"blocked": {"aggregates": 0, "messages": 0},
+			"dispatchers": []
 		}`, string(got))
 	})
 
@@ -68,7 +69,8 @@ func TestAdminStatus(t *testing.T) {
 		require.NoError(t, err)
 		var got map[string]json.RawMessage
 		require.NoError(t, json.Unmarshal(raw, &got))
-		require.Len(t, got, 6, string(raw))
+		require.Len(t, got, 7, string(raw))
+		require.JSONEq(t, `[]`, string(got["dispatchers"]))
 		// The dead message is not its aggregate's oldest unfinished one:
 		// nothing waits behind a dead head.
 		require.JSONEq(t, `{"aggregates": 0, "messages": 0}`, string(got["blocked"]))

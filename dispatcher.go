@@ -144,7 +144,7 @@ func running(done <-chan struct{}) bool {
 func (d *Dispatcher) resolve(ctx context.Context) (store.Table, error) {
 	opts := &AccessOpts{NoNotify: d.cfg.DisableNotify, NoHistory: d.cfg.AttemptHistory < 0}
 	tablePrivs, waiterPrivs := opts.Privileges()
-	sa, err := d.store.Access(ctx, d.pool, tablePrivs, waiterPrivs, opts.AttemptPrivileges())
+	sa, err := d.store.Access(ctx, d.pool, tablePrivs, waiterPrivs, opts.companions(d.store.Table))
 	if err != nil {
 		return store.Table{}, fmt.Errorf("outbox: reading the catalogs: %w", err)
 	}
@@ -177,6 +177,7 @@ func (d *Dispatcher) run(ctx context.Context, drain bool) error {
 		return err
 	}
 	var stopListener, stopKeeper func()
+	stopBeater := startService(ctx, d.newBeater(leases).run)
 	if !d.cfg.DisableNotify {
 		stopListener = startService(ctx, func(ctx context.Context) { d.listen(ctx, channel) })
 	}
@@ -190,6 +191,7 @@ func (d *Dispatcher) run(ctx context.Context, drain bool) error {
 		slog.Duration("lease", d.cfg.Lease), slog.Bool("ordered", d.cfg.Ordered),
 		slog.String("lease_mode", string(d.cfg.LeaseMode)))
 	d.relay(ctx, drain, mode, leases)
+	stopService(stopBeater)
 	stopService(stopKeeper)
 	stopService(stopListener)
 	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

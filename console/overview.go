@@ -47,10 +47,21 @@ type BreakdownView struct {
 // expiry (every claim and heartbeat moves it, so it is the freshest sign of
 // life) and how many of its leases have run out.
 type DispatcherView struct {
-	Owner      string    `json:"owner"`
-	InFlight   int64     `json:"in_flight"`
-	LeaseUntil time.Time `json:"lease_until"`
-	Expired    int64     `json:"expired_leases"`
+	Owner string `json:"owner"`
+	// Live is whether it reports itself (within three of its beats); a
+	// dispatcher that holds leases without reporting has stopped or cannot
+	// reach the dispatchers table. Host, Version, LeaseMode, LastSeen and
+	// Delivered1m are from its last report (empty when it is not live).
+	Live        bool       `json:"live"`
+	Host        string     `json:"host"`
+	Version     string     `json:"version"`
+	LeaseMode   string     `json:"lease_mode"`
+	LastSeen    *time.Time `json:"last_seen"`
+	Delivered1m int64      `json:"delivered_1m"`
+	InFlight    int64      `json:"in_flight"`
+	// LeaseUntil is its latest lease expiry; null when it holds none.
+	LeaseUntil *time.Time `json:"lease_until"`
+	Expired    int64      `json:"expired_leases"`
 	// Shards are the shards it holds under shard leases (absent under
 	// row leases).
 	Shards []int `json:"shards,omitempty"`

@@ -2,6 +2,8 @@ package console
 
 import (
 	"context"
+	"slices"
+	"strings"
 
 	"github.com/outboxd/outbox"
 )
@@ -26,14 +28,34 @@ func breakdowns(ctx context.Context, t *table) (byEvent, byAggregate []Breakdown
 	return breakdownViews(ev), breakdownViews(ag), nil
 }
 
+// dispatchers are the live dispatchers, idle or busy, and the lease
+// holders that do not report themselves (stopped, or unable to), by owner.
 func dispatchers(ctx context.Context, t *table) ([]DispatcherView, error) {
-	ds, err := t.admin.Dispatchers(ctx)
+	live, err := t.admin.LiveDispatchers(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]DispatcherView, len(ds))
-	for i, d := range ds {
-		out[i] = DispatcherView{Owner: d.Owner, InFlight: d.InFlight, LeaseUntil: d.LeaseUntil, Expired: d.Expired, Shards: d.Shards}
+	holders, err := t.admin.Dispatchers(ctx)
+	if err != nil {
+		return nil, err
 	}
+	byOwner := make(map[string]*DispatcherView, len(live)+len(holders))
+	for _, d := range live {
+		byOwner[d.Owner] = &DispatcherView{Owner: d.Owner, Live: true, Host: d.Host, Version: d.Version, LeaseMode: d.LeaseMode,
+			LastSeen: &d.LastSeen, Delivered1m: d.Delivered1m, InFlight: int64(d.InFlight)}
+	}
+	for _, h := range holders {
+		v := byOwner[h.Owner]
+		if v == nil {
+			v = &DispatcherView{Owner: h.Owner}
+			byOwner[h.Owner] = v
+		}
+		v.InFlight, v.LeaseUntil, v.Expired, v.Shards = h.InFlight, &h.LeaseUntil, h.Expired, h.Shards
+	}
+	out := make([]DispatcherView, 0, len(byOwner))
+	for _, v := range byOwner {
+		out = append(out, *v)
+	}
+	slices.SortFunc(out, func(a, b DispatcherView) int { return strings.Compare(a.Owner, b.Owner) })
 	return out, nil
 }

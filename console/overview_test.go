@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,7 +37,35 @@ func TestOverviewAndSamples(t *testing.T) {
 	require.Len(t, o.Dispatchers, 1)
 	require.Equal(t, "host-a", o.Dispatchers[0].Owner)
 	require.Equal(t, int64(2), o.Dispatchers[0].InFlight)
+	require.False(t, o.Dispatchers[0].Live, "it holds leases without reporting itself")
 	require.False(t, o.BreakdownsAt.IsZero())
+	pc := b.client(t, nil)
+	pc.login(map[string][]string{"token": {testToken}})
+	page := pc.get("/t/" + b.table + "/")
+	require.Contains(t, page.body, "not reporting")
+
+	// An idle dispatcher that reports itself is listed beside it; with
+	// neither, the page says no dispatcher runs.
+	dispatchers := strings.TrimSuffix(b.quoted, `"`) + `_dispatchers"`
+	b.exec(t, `INSERT INTO `+dispatchers+` (owner, host, version, lease_mode, beat_us, in_flight, delivered_1m)
+	           VALUES ('idle-b', 'web-2', 'v9', 'shard', 10000000, 0, 17)`)
+	o = decode[console.Overview](t, c.get("/api/v1/tables/"+b.table+"/overview"))
+	require.Len(t, o.Dispatchers, 2)
+	idle := o.Dispatchers[1]
+	require.Equal(t, "idle-b", idle.Owner)
+	require.True(t, idle.Live)
+	require.Equal(t, "web-2", idle.Host)
+	require.Equal(t, "shard", idle.LeaseMode)
+	require.Equal(t, int64(17), idle.Delivered1m)
+	require.Nil(t, idle.LeaseUntil, "it holds no lease")
+	require.NotNil(t, idle.LastSeen)
+	b.exec(t, `DELETE FROM `+dispatchers)
+	b.exec(t, `UPDATE {{table}} SET status = 'pending', lease_owner = NULL, lease_until = NULL WHERE status = 'processing'`)
+	page = pc.get("/t/" + b.table + "/")
+	require.Contains(t, page.body, `id="no-dispatchers"`)
+	require.Contains(t, page.body, "No dispatcher is running")
+	b.exec(t, `UPDATE {{table}} SET status = 'processing', lease_owner = 'host-a', lease_until = now() + interval '1 minute'
+	           WHERE id IN (SELECT id FROM {{table}} WHERE status = 'pending' ORDER BY id LIMIT 2)`)
 
 	// A served console samples on its own; between two samples that saw
 	// deliveries, the rate is positive.

@@ -52,6 +52,7 @@ var wantAlerts = []string{
 	"OutboxExpiredLeasesRising",
 	"OutboxLostLeases",
 	"OutboxDispatcherDown",
+	"OutboxNoDispatcher",
 	"OutboxGaugesStale",
 }
 
@@ -195,6 +196,7 @@ func TestAlertRules(t *testing.T) {
 			"OutboxExpiredLeasesRising": {"outbox_expired_leases"},
 			"OutboxLostLeases":          {"outbox_fenced_finalizes_total", "outbox_heartbeat_lost_leases_total"},
 			"OutboxDispatcherDown":      {"outbox_dispatcher_up", "up"},
+			"OutboxNoDispatcher":        {"outbox_live_dispatchers"},
 			"OutboxGaugesStale":         {"outbox_db_refresh_timestamp_seconds"},
 		} {
 			got := metricNames(t, alertRule(t, rf, alert).Expr)
@@ -351,6 +353,21 @@ tests:
         alertname: OutboxDispatcherDown
         exp_alerts:
           - exp_labels: {severity: warning, job: outboxd}
+  - name: the last dispatcher of a table stops, seen by two replicas' gauges
+    interval: 1m
+    input_series:
+      - series: 'outbox_live_dispatchers{table="outbox",instance="a:9090",job="outboxd"}'
+        values: '2x5 0x10'
+      - series: 'outbox_live_dispatchers{table="outbox",instance="b:9090",job="outboxd"}'
+        values: '2x5 0x10'
+      - series: 'outbox_live_dispatchers{table="other",instance="a:9090",job="outboxd"}'
+        values: '1x15'
+    alert_rule_test:
+      - {eval_time: 6m, alertname: OutboxNoDispatcher, exp_alerts: []}
+      - eval_time: 9m
+        alertname: OutboxNoDispatcher
+        exp_alerts:
+          - exp_labels: {severity: critical, table: outbox}
   - name: gauges that stop refreshing
     interval: 1m
     input_series:

@@ -29,6 +29,7 @@ var contract = map[string]metricSpec{
 	"outbox_messages":                     {gauge, []string{"table", "status"}},
 	"outbox_oldest_pending_age_seconds":   {gauge, []string{"table"}},
 	"outbox_expired_leases":               {gauge, []string{"table"}},
+	"outbox_live_dispatchers":             {gauge, []string{"table"}},
 	"outbox_db_refresh_errors_total":      {counter, []string{"table"}},
 	"outbox_db_refresh_timestamp_seconds": {gauge, []string{"table"}},
 	"outbox_publishes_total":              {counter, []string{"table", "sink", "outcome"}},

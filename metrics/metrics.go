@@ -14,6 +14,7 @@
 //	outbox_messages{status}                       gauge: rows by status (done is an estimate)
 //	outbox_oldest_pending_age_seconds             gauge: age of the oldest pending or processing row
 //	outbox_expired_leases                         gauge: processing rows past their lease
+//	outbox_live_dispatchers                       gauge: dispatchers of the table reporting themselves, idle or busy
 //	outbox_db_refresh_errors_total                counter
 //	outbox_db_refresh_timestamp_seconds           gauge: last successful refresh, unix seconds
 //	outbox_publishes_total{sink,outcome}          counter
@@ -139,6 +140,7 @@ type tableCollectors struct {
 	messages         *prometheus.GaugeVec
 	oldestAge        prometheus.Gauge
 	expiredLeases    prometheus.Gauge
+	liveDispatchers  prometheus.Gauge
 	refreshErrors    prometheus.Counter
 	refreshTimestamp prometheus.Gauge
 }
@@ -184,7 +186,7 @@ func New(opts *Options) *Metrics {
 		m.messages.WithLabelValues(s)
 	}
 	o.Registerer.MustRegister(
-		m.messages, m.oldestAge, m.expiredLeases, m.refreshErrors, m.refreshTimestamp,
+		m.messages, m.oldestAge, m.expiredLeases, m.liveDispatchers, m.refreshErrors, m.refreshTimestamp,
 		m.publishes, m.publishDuration, m.deliveryLag,
 		m.claimBatch, m.claimDuration, m.claimErrors, m.claimsFailing, m.claimOutages,
 		m.finalizeDuration, m.finalizeErrors, m.fencedFinalizes,
@@ -262,6 +264,8 @@ func newTableCollectors(table prometheus.Labels, gauge gaugeFunc, counter counte
 			"Age of the oldest pending or processing message, as of the last database refresh; 0 when there is none."),
 		expiredLeases: gauge("outbox_expired_leases",
 			"Processing rows whose lease has run out (crashed or stalled workers), as of the last database refresh."),
+		liveDispatchers: gauge("outbox_live_dispatchers",
+			"Dispatchers of the table that reported themselves within three of their beats (a third of their lease, 1s to 10s), idle or busy, on any host, as of the last database refresh; 0: nothing relays the table."),
 		refreshErrors: counter("outbox_db_refresh_errors_total",
 			"Database refreshes of the table gauges that failed."),
 		refreshTimestamp: gauge("outbox_db_refresh_timestamp_seconds",
@@ -455,6 +459,7 @@ func (m *Metrics) refresh(ctx context.Context, admin *outbox.Admin, timeout time
 	m.messages.WithLabelValues("dead").Set(float64(g.Dead))
 	m.oldestAge.Set(g.OldestPendingAge.Seconds())
 	m.expiredLeases.Set(float64(g.ExpiredLeases))
+	m.liveDispatchers.Set(float64(g.LiveDispatchers))
 	now := time.Now()
 	m.refreshTimestamp.Set(float64(now.UnixNano()) / 1e9)
 	m.mu.Lock()

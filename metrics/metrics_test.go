@@ -30,6 +30,7 @@ var contract = map[string]struct {
 	"outbox_messages":                     {dto.MetricType_GAUGE, []string{"status", "table"}},
 	"outbox_oldest_pending_age_seconds":   {dto.MetricType_GAUGE, []string{"table"}},
 	"outbox_expired_leases":               {dto.MetricType_GAUGE, []string{"table"}},
+	"outbox_live_dispatchers":             {dto.MetricType_GAUGE, []string{"table"}},
 	"outbox_db_refresh_errors_total":      {dto.MetricType_COUNTER, []string{"table"}},
 	"outbox_db_refresh_timestamp_seconds": {dto.MetricType_GAUGE, []string{"table"}},
 	"outbox_publishes_total":              {dto.MetricType_COUNTER, []string{"outcome", "sink", "table"}},
@@ -425,6 +426,11 @@ func TestRefresher(t *testing.T) {
 		('o', 'g', 'E', '{}', 'done',       now() - interval '2 hours',    1, NULL, NULL, now()),
 		('o', 'h', 'E', '{}', 'done',       now() - interval '2 hours',    1, NULL, NULL, now())`)
 	b.exec(t, "ANALYZE {{table}}") // done is estimated from the planner's row count
+	// Two dispatchers reported themselves: one within three beats, one
+	// long ago.
+	dispatchers := strings.TrimSuffix(b.quoted, `"`) + `_dispatchers"`
+	b.exec(t, `INSERT INTO `+dispatchers+` (owner, host, version, lease_mode, last_seen, beat_us, in_flight, delivered_1m)
+		VALUES ('live', 'h', 'v', 'row', now(), 10000000, 0, 0), ('gone', 'h', 'v', 'row', now() - interval '1 minute', 10000000, 0, 0)`)
 
 	srv := httptest.NewServer(b.m.Handler())
 	defer srv.Close()
@@ -464,6 +470,7 @@ func TestRefresher(t *testing.T) {
 		`outbox_messages{status="done"}`:       3,
 		`outbox_messages{status="dead"}`:       1,
 		`outbox_expired_leases`:                1,
+		`outbox_live_dispatchers`:              1,
 		`outbox_db_refresh_errors_total`:       0,
 		`outbox_dispatcher_up`:                 1,
 	})

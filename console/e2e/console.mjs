@@ -64,6 +64,13 @@ try {
   await page.waitForSelector('.plot[data-series="dead"] svg path.line', { state: 'attached', timeout: 15000 });
   const axis = await page.locator('.plot[data-series="dead"] svg text').allTextContents();
   check(axis.some((x) => /^\d\d:\d\d:\d\dZ$/.test(x)), `chart times in UTC: ${axis}`);
+  // The running dispatcher is listed, idle or busy, with its host.
+  for (let i = 0; (await page.locator('#dispatchers tbody tr[data-owner]').count()) === 0; i++) {
+    check(i < 50, 'the running dispatcher is listed on the overview');
+    await page.waitForTimeout(200);
+    await page.reload({ waitUntil: 'load' });
+  }
+  check(await page.locator('#no-dispatchers').count() === 0, 'no "no dispatcher" warning while one runs');
   await shot(page, 'overview');
 
   // Messages, then the keyboard: j selects the first row, Enter opens it.

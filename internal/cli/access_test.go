@@ -35,6 +35,7 @@ func testRunRefusesRoleWithoutPrivileges(t *testing.T, bin string) {
 	schema := pgx.Identifier{c.schema}.Sanitize()
 	waiters := pgx.Identifier{c.schema, "outbox_waiters"}.Sanitize()
 	attempts := pgx.Identifier{c.schema, "outbox_attempts"}.Sanitize()
+	dispatchers := pgx.Identifier{c.schema, "outbox_dispatchers"}.Sanitize()
 	env := envWith(withUser(t, c.dsn, name, ""))
 	run := func(args ...string) result {
 		t.Helper()
@@ -46,9 +47,12 @@ func testRunRefusesRoleWithoutPrivileges(t *testing.T, bin string) {
 	r := run()
 	require.Equal(t, "outboxd: outbox: role "+role+" lacks USAGE on schema "+schema+"; UPDATE on table "+c.quoted()+
 		"; SELECT, INSERT, UPDATE, DELETE on table "+waiters+"; SELECT, INSERT, DELETE on table "+attempts+
+		"; SELECT, INSERT, UPDATE, DELETE on table "+dispatchers+
 		" (as the table's owner: GRANT USAGE ON SCHEMA "+schema+
 		" TO "+role+"; GRANT UPDATE ON TABLE "+c.quoted()+" TO "+role+"; GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "+
-		waiters+" TO "+role+"; GRANT SELECT, INSERT, DELETE ON TABLE "+attempts+" TO "+role+";)\n", r.stderr)
+		waiters+" TO "+role+"; GRANT SELECT, INSERT, DELETE ON TABLE "+attempts+" TO "+role+
+		"; GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "+dispatchers+" TO "+role+";)\n", r.stderr)
+	c.exec(t, "GRANT SELECT, INSERT, UPDATE, DELETE ON "+dispatchers+" TO "+role)
 
 	// Recording no attempt history, it needs nothing on the attempts
 	// table but what retention deletes there.

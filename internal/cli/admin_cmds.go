@@ -183,6 +183,17 @@ func printStatus(out io.Writer, table string, st *outbox.Status) error {
 	}
 	fmt.Fprintf(w, "oldest pending age\t%s\n", age)
 	fmt.Fprintf(w, "expired leases\t%d\n", st.ExpiredLeases)
+	if len(st.Dispatchers) == 0 {
+		fmt.Fprintf(w, "dispatchers\tnone running (none reported within three beats)\n")
+	}
+	for i, d := range st.Dispatchers {
+		label := ""
+		if i == 0 {
+			label = fmt.Sprintf("dispatchers (%d)", len(st.Dispatchers))
+		}
+		fmt.Fprintf(w, "%s\t%s on %s, %s, %s leases, %d in flight, %d delivered in the last minute, seen %s\n", label,
+			d.Owner, d.Host, d.Version, d.LeaseMode, d.InFlight, d.Delivered1m, isoTime(d.LastSeen))
+	}
 	if b := st.Blocked; b.Messages > 0 {
 		fmt.Fprintf(w, "behind a dead head\t%d %s of %d %s (delivered in order, they wait for dead retry or skip)\n",
 			b.Messages, plural(b.Messages, "message", "messages"), b.Aggregates, plural(b.Aggregates, "aggregate", "aggregates"))

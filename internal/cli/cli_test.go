@@ -59,6 +59,7 @@ func TestCLI(t *testing.T) {
 		{"RunStopsMidPublish", testRunStopsMidPublish},
 		{"RunRefusesRoleWithoutPrivileges", testRunRefusesRoleWithoutPrivileges},
 		{"Status", testStatus},
+		{"StatusLiveDispatchers", testStatusLiveDispatchers},
 		{"Dead", testDead},
 		{"DeadTop", testDeadTop},
 		{"ShowAttemptHistory", testShowAttemptHistory},
@@ -708,6 +709,41 @@ func testRunStopsMidPublish(t *testing.T, bin string) {
 	require.Equal(t, 1, c.count(t, fmt.Sprintf("id = %d AND status = 'pending' AND lease_owner IS NULL AND lease_until IS NULL", id)))
 }
 
+// An idle dispatcher is listed by status, with the fields --json
+// documents; once it stops, none is.
+func testStatusLiveDispatchers(t *testing.T, bin string) {
+	c := newCLI(t, bin)
+	c.migrate(t)
+	r := c.ok(t, "status", "--table", c.table)
+	require.Regexp(t, `(?m)^dispatchers\s+none running \(none reported within three beats\)$`, r.stdout)
+	r = c.ok(t, "status", "--json", "--table", c.table)
+	require.Contains(t, r.stdout, `"dispatchers": []`)
+
+	c.enqueue(t, "agg", `{"n":1}`)
+	p := start(t, bin, c.env, nil, "run", "--table", c.table, "--sink", "null:", "--owner", "cli-idle", "--lease", "3s")
+	var live []map[string]json.RawMessage
+	require.Eventually(t, func() bool {
+		r := c.ok(t, "status", "--json", "--table", c.table)
+		var top struct {
+			Dispatchers []map[string]json.RawMessage `json:"dispatchers"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &top), "%s", r)
+		live = top.Dispatchers
+		return len(live) == 1 && string(live[0]["delivered_1m"]) == "1"
+	}, 20*time.Second, 100*time.Millisecond, "stderr:\n%s", p.stderr.String())
+	require.Equal(t, []string{"delivered_1m", "host", "in_flight", "last_seen", "lease_mode", "owner", "started_at", "version"}, keys(live[0]))
+	require.JSONEq(t, `"cli-idle"`, string(live[0]["owner"]))
+	require.JSONEq(t, `"row"`, string(live[0]["lease_mode"]))
+	require.JSONEq(t, `0`, string(live[0]["in_flight"]))
+	r = c.ok(t, "status", "--table", c.table)
+	require.Regexp(t, `(?m)^dispatchers \(1\)\s+cli-idle on \S+, \S+, row leases, 0 in flight, 1 delivered in the last minute, seen \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$`, r.stdout)
+
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	requireOK(t, p.wait())
+	r = c.ok(t, "status", "--table", c.table)
+	require.Regexp(t, `(?m)^dispatchers\s+none running`, r.stdout, "a dispatcher that stops deletes its row")
+}
+
 func testStatus(t *testing.T, bin string) {
 	c := newCLI(t, bin)
 	c.migrate(t)
@@ -715,7 +751,7 @@ func testStatus(t *testing.T, bin string) {
 		r := c.ok(t, "status", "--json", "--table", c.table)
 		var top map[string]json.RawMessage
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &top), "%s", r)
-		require.Equal(t, []string{"attempts", "blocked", "counts", "done_estimated", "expired_leases", "oldest_pending_age_seconds"}, keys(top))
+		require.Equal(t, []string{"attempts", "blocked", "counts", "dispatchers", "done_estimated", "expired_leases", "oldest_pending_age_seconds"}, keys(top))
 		var counts, attempts map[string]int64
 		require.NoError(t, json.Unmarshal(top["counts"], &counts))
 		require.Equal(t, []string{"dead", "done", "pending", "processing"}, keys(counts))

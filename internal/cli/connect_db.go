@@ -68,6 +68,7 @@ func grantLine(table string, acc *outbox.Access, opts *outbox.AccessOpts) checkL
 	if p := opts.AttemptPrivileges(); len(p) > 0 {
 		what += "; " + strings.Join(p, ", ") + " on " + acc.AttemptsTable
 	}
+	what += "; " + strings.Join(opts.DispatcherPrivileges(), ", ") + " on " + acc.DispatchersTable
 	var pe *outbox.PrivilegeError
 	if !errors.As(acc.Err(), &pe) {
 		return checkLine{"role " + acc.Role, sinkutil.Passed(what, "")}

@@ -222,3 +222,10 @@ func (r *Registry) Beatable() []store.Lease {
 	}
 	return held
 }
+
+// Len is how many leases are registered: the messages held.
+func (r *Registry) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.m)
+}

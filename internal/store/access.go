@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -27,27 +28,44 @@ type Access struct {
 	// SchemaUsage is whether the role may use the table's schema; false
 	// when the table does not exist.
 	SchemaUsage bool
-	// Attempts is the attempt history's table, named as Waiters is.
-	Attempts Table
-	// MissingTable, MissingWaiters and MissingAttempts are the asked-for
-	// privileges the role lacks on each table; nil when that table does
-	// not exist.
-	MissingTable, MissingWaiters, MissingAttempts []string
+	// MissingTable and MissingWaiters are the asked-for privileges the role
+	// lacks on each table; nil when that table does not exist.
+	MissingTable, MissingWaiters []string
+	// MissingCompanions are, aligned with the companions asked about,
+	// the privileges the role lacks on each; none when it does not exist.
+	MissingCompanions [][]string
+}
+
+// Companion is a table the migrations create beside the table (see
+// Table.Companion), with the privileges a role needs on it.
+type Companion struct {
+	Table Table
+	Privs []string
 }
 
 // Access reads the table's migration state and the role's privileges:
-// tablePrivs on the table, waiterPrivs on the waiters table and
-// attemptPrivs on the attempts table.
-func (s *Store) Access(ctx context.Context, db DB, tablePrivs, waiterPrivs, attemptPrivs []string) (*Access, error) {
-	a := Access{Waiters: s.Table.Waiters(), Attempts: s.Table.Attempts()}
+// tablePrivs on the table, waiterPrivs on the waiters table and each
+// companion's on it.
+func (s *Store) Access(ctx context.Context, db DB, tablePrivs, waiterPrivs []string, companions []Companion) (*Access, error) {
+	a := Access{Waiters: s.Table.Waiters()}
+	suffixes, privs := make([]string, len(companions)), make([]string, len(companions))
+	for i, c := range companions {
+		suffixes[i], privs[i] = strings.TrimPrefix(c.Table.Name, s.Table.Name), strings.Join(c.Privs, ",")
+	}
 	var usage *bool
+	var missing []string
 	err := db.QueryRow(ctx, s.access, s.Table.ident(""), s.Table.Waiters().ident(""), s.Table.WakeTrigger(),
-		tablePrivs, waiterPrivs, s.Table.Schema, s.Table.Name, s.migratedRelations(), attemptPrivs,
-		s.Table.Attempts().ident("")).Scan(&a.Role, &a.ServerVersion, &a.Schema,
+		tablePrivs, waiterPrivs, s.Table.Schema, s.Table.Name, s.migratedRelations(), suffixes, privs).Scan(&a.Role, &a.ServerVersion, &a.Schema,
 		&a.TableExists, &a.HeadersColumn, &a.WaitersExists, &a.WakeTrigger, &a.MissingRelations, &usage,
-		&a.MissingTable, &a.MissingWaiters, &a.MissingAttempts)
+		&a.MissingTable, &a.MissingWaiters, &missing)
 	if err != nil {
 		return nil, translate(err)
+	}
+	a.MissingCompanions = make([][]string, len(companions))
+	for i, m := range missing {
+		if m != "" {
+			a.MissingCompanions[i] = strings.Split(m, ",")
+		}
 	}
 	a.SchemaUsage = usage != nil && *usage
 	return &a, nil

@@ -24,6 +24,9 @@ type Gauges struct {
 	// ExpiredLeases counts processing rows whose lease has run out (crashed
 	// or stalled workers).
 	ExpiredLeases int64
+	// LiveDispatchers counts the dispatchers that reported themselves
+	// within three of their beats, idle or busy.
+	LiveDispatchers int64
 }
 
 // Gauges reads the gauges in one statement.
@@ -55,5 +58,10 @@ func (s *Store) Gauges(ctx context.Context, db DB) (Gauges, error) {
 	}
 	moved := min(inFlight, g.Pending)
 	g.Pending, g.Processing, g.ExpiredLeases = g.Pending-moved, g.Processing+moved, g.ExpiredLeases+expired
+	live, err := s.Dispatchers(ctx, db)
+	if err != nil {
+		return Gauges{}, err
+	}
+	g.LiveDispatchers = int64(len(live))
 	return g, nil
 }

@@ -70,6 +70,7 @@ const (
 	suffixNonEmpty      = "_nonempty" // the check constraint refusing empty names
 	suffixAttempts      = "_attempts" // the attempt history (and its index, "_attempts_message")
 	suffixAttemptsIndex = "_attempts_message"
+	suffixDispatchers   = "_dispatchers" // the live dispatchers
 	// Shard leases (Store.EnableShards).
 	suffixShards       = "_shards"
 	suffixShardMembers = "_shard_members"
@@ -84,9 +85,10 @@ const (
 )
 
 // relationSuffixes are the relations the migrations create beside the
-// table: its indexes and the waiters, audit and attempts tables.
+// table: its indexes and the waiters, audit, attempts and dispatchers
+// tables.
 var relationSuffixes = []string{suffixReady, suffixLeased, suffixAggregate, suffixDead, suffixDone, suffixWaiters, suffixAudit,
-	suffixAttempts, suffixAttemptsIndex}
+	suffixAttempts, suffixAttemptsIndex, suffixDispatchers}
 
 // Channel is the table's wake-up notification channel, "schema.name"; the
 // table must be resolved (its Schema set, as Resolve returns it).
@@ -97,6 +99,9 @@ func (t Table) Waiters() Table { return Table{Schema: t.Schema, Name: t.Name + s
 
 // Attempts is the attempt history's table, in the table's schema.
 func (t Table) Attempts() Table { return Table{Schema: t.Schema, Name: t.Name + suffixAttempts} }
+
+// Dispatchers is the live dispatchers' table, in the table's schema.
+func (t Table) Dispatchers() Table { return Table{Schema: t.Schema, Name: t.Name + suffixDispatchers} }
 
 // WakeTrigger is the wake-up trigger's name (unquoted; a trigger takes no
 // schema).
@@ -140,6 +145,7 @@ func (t Table) replacer() *strings.Replacer {
 		"{{nonempty_check}}", t.bare(suffixNonEmpty),
 		"{{attempts}}", t.ident(suffixAttempts),
 		"{{attempts_index}}", t.bare(suffixAttemptsIndex),
+		"{{dispatchers}}", t.ident(suffixDispatchers),
 		"{{shards}}", t.ident(suffixShards),
 		"{{shard_members}}", t.ident(suffixShardMembers),
 		"{{shard_function}}", t.ident(suffixShard),

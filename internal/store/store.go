@@ -45,6 +45,7 @@ type Store struct {
 	types, heartbeat                                                   string
 	gauges, access, dropWake                                           string
 	attemptsRecord, attemptsList                                       string
+	beat, leave, dispatchers                                           string
 	console                                                            consoleSQL
 	// cursorConsole is console for a table under snapshot cursors.
 	cursorConsole consoleSQL
@@ -102,6 +103,9 @@ func newStore(t Table) *Store {
 		dropWake:         load("sql/drop_wake_trigger.sql"),
 		attemptsRecord:   load("sql/attempts_record.sql"),
 		attemptsList:     load("sql/attempts_list.sql"),
+		beat:             load("sql/dispatcher_beat.sql"),
+		leave:            load("sql/dispatcher_leave.sql"),
+		dispatchers:      load("sql/dispatcher_list.sql"),
 		console:          loadConsole(r, "{{table}}"),
 		cursorConsole:    cursorConsole(r),
 		shards:           loadShards(load),

@@ -6,8 +6,8 @@
 -- waiters table, $6 the schema as written ('' for none), $7 the name, $8
 -- the relations the migrations create beside the table (indexes, the
 -- waiters, audit and attempts tables), by bare name, looked for in the
--- table's schema; $9 the privileges needed on the attempts table, $10 its
--- quoted name.
+-- table's schema; $9 and $10 the companion tables and the privileges
+-- needed on them (below).
 -- Privilege tests run only on relations that exist (CASE evaluates
 -- lazily), since has_table_privilege fails on a missing one. A qualified
 -- name is looked up in the catalogs rather than by to_regclass, which
@@ -28,11 +28,14 @@ w AS (
         JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
         WHERE n.nspname = $6 AND c.relname = $7 || '_waiters') END AS oid
 ),
-h AS (
-    SELECT CASE WHEN $6 = '' THEN to_regclass($10)::oid ELSE (
-        SELECT c.oid FROM pg_catalog.pg_class AS c
-        JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
-        WHERE n.nspname = $6 AND c.relname = $7 || '_attempts') END AS oid
+-- The companion tables (attempts, dispatchers: $9 their suffixes, $10 the
+-- privileges needed on each, comma-separated), in the table's schema.
+c AS (
+    SELECT p.ord, p.privs,
+           (SELECT r.oid FROM pg_catalog.pg_class AS r
+            WHERE r.relname = $7 || p.suffix
+              AND r.relnamespace = (SELECT o.relnamespace FROM pg_catalog.pg_class AS o WHERE o.oid = t.oid)) AS oid
+    FROM t, unnest($9::text[], $10::text[]) WITH ORDINALITY AS p(suffix, privs, ord)
 )
 SELECT current_user::text,
        current_setting('server_version_num')::int,
@@ -63,9 +66,11 @@ SELECT current_user::text,
                  WHERE NOT CASE WHEN p = 'DELETE' THEN has_table_privilege(w.oid, p)
                                 ELSE has_any_column_privilege(w.oid, p) END)
        END,
-       CASE WHEN h.oid IS NOT NULL THEN
-           ARRAY(SELECT p FROM unnest($9::text[]) AS p
-                 WHERE NOT CASE WHEN p = 'DELETE' THEN has_table_privilege(h.oid, p)
-                                ELSE has_any_column_privilege(h.oid, p) END)
-       END
-FROM t, w, h
+       -- Per companion, the privileges missing, comma-separated ('' when
+       -- none, or when the table is absent: reported as missing above).
+       ARRAY(SELECT coalesce(CASE WHEN c.oid IS NOT NULL THEN
+                 (SELECT string_agg(p, ',' ORDER BY n) FROM unnest(string_to_array(c.privs, ',')) WITH ORDINALITY AS x(p, n)
+                  WHERE NOT CASE WHEN p = 'DELETE' THEN has_table_privilege(c.oid, p)
+                                 ELSE has_any_column_privilege(c.oid, p) END) END, '')
+             FROM c ORDER BY c.ord)
+FROM t, w
