@@ -306,7 +306,7 @@ func (a *Admin) deadRetry(ctx context.Context, ids []int64) ([]int64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: dead retry: %w", err)
 	}
-	return a.auditedMove(ctx, AuditDeadRetry, ids, func() ([]int64, error) {
+	return a.auditedMove(ctx, AuditDeadRetry, "", ids, func() ([]int64, error) {
 		return a.store.DeadRetry(ctx, a.db, ids, table.Channel())
 	})
 }
@@ -317,15 +317,34 @@ func (a *Admin) DeadSkip(ctx context.Context, ids ...int64) ([]int64, error) {
 	if len(ids) == 0 {
 		return nil, errors.New("outbox: dead skip: no ids given")
 	}
-	return a.auditedMove(ctx, AuditDeadSkip, ids, func() ([]int64, error) {
+	return a.auditedMove(ctx, AuditDeadSkip, "", ids, func() ([]int64, error) {
 		return a.store.DeadSkip(ctx, a.db, ids)
+	})
+}
+
+// RetryNow makes messages that wait for a later attempt (a retry's backoff,
+// a defer) due now, and wakes the dispatchers: an operator who fixed the
+// receiver need not wait out the backoff. The attempts used stay used.
+// Only messages still waiting move; a message being delivered, delivered
+// or dead is left alone. It is audited (actor names who asked; "" for
+// none) and returns the ids it moved.
+func (a *Admin) RetryNow(ctx context.Context, actor string, ids ...int64) ([]int64, error) {
+	if len(ids) == 0 {
+		return nil, errors.New("outbox: retry now: no ids given")
+	}
+	table, err := a.store.Resolve(ctx, a.db)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: retry now: %w", err)
+	}
+	return a.auditedMove(ctx, AuditRetryNow, actor, ids, func() ([]int64, error) {
+		return a.store.RetryNow(ctx, a.db, ids, table.Channel())
 	})
 }
 
 // auditedMove runs one statement that moves ids (nil: every dead row)
 // between an audit row's start and end.
-func (a *Admin) auditedMove(ctx context.Context, action string, ids []int64, move func() ([]int64, error)) ([]int64, error) {
-	entry := AuditEntry{Action: action, Filter: Filter{IDs: ids}.Terms()}
+func (a *Admin) auditedMove(ctx context.Context, action, actor string, ids []int64, move func() ([]int64, error)) ([]int64, error) {
+	entry := AuditEntry{Action: action, Actor: actor, Filter: Filter{IDs: ids}.Terms()}
 	auditID, err := a.auditStart(ctx, entry)
 	if err != nil {
 		return nil, err

@@ -25,6 +25,7 @@ const (
 	AuditDeadRetry = string(store.ActionDeadRetry)
 	AuditDeadSkip  = string(store.ActionDeadSkip)
 	AuditReplay    = string(store.ActionReplay)
+	AuditRetryNow  = string(store.ActionRetryNow)
 )
 
 // AuditLimitDefault is how many entries [Admin.AuditList] returns when

@@ -36,6 +36,10 @@ type Dispatcher struct {
 	hook      Hook
 	wake      chan struct{} // a notification arrived (capacity 1)
 	listening atomic.Bool
+	// due is set by a notification saying messages were made due
+	// earlier than the dispatcher knows; the fetcher's next claim clears
+	// it (lease.Mode.Due).
+	due atomic.Bool
 	// chains are the run's chains, when its mode chains an aggregate's
 	// messages: a hung publish releases what waits behind it.
 	chains atomic.Pointer[chains]
@@ -247,7 +251,7 @@ func (d *Dispatcher) relay(ctx context.Context, drain bool, mode lease.Mode, lea
 
 	f := &fetcher{
 		engine: d.engine(), cfg: d.cfg.fetchConfig(), mode: mode, store: d.store, pool: d.pool, sizer: d.sizer, breaker: &d.breaker,
-		wake: d.wake, listening: &d.listening,
+		wake: d.wake, listening: &d.listening, due: &d.due,
 		drain: drain, slots: capacity, leases: leases, chains: chained, out: claims,
 	}
 	f.run(ctx)

@@ -58,6 +58,9 @@ type fetcher struct {
 	// the listener is up, so that registering as a waiter is worth it.
 	wake      <-chan struct{}
 	listening *atomic.Bool
+	// due is set when a notification said messages were made due earlier
+	// than the mode knows.
+	due *atomic.Bool
 
 	drain  bool // return once nothing is left to deliver
 	slots  *slots
@@ -165,6 +168,9 @@ func (f *fetcher) step(ctx context.Context) bool {
 // would strand its rows until their leases expire. Rows it returns after
 // shutdown began are released by the workers.
 func (f *fetcher) claim(ctx context.Context, batch int) ([]store.Row, time.Time, error) {
+	if f.due != nil && f.due.Swap(false) {
+		f.mode.Due()
+	}
 	start := f.clock.Now()
 	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()

@@ -52,12 +52,23 @@ func (d *Dispatcher) listenOnce(ctx context.Context, channel string, connected f
 		}
 	}
 	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
 			return err
 		}
-		d.stats.wakeups.Add(1)
-		d.signal()
+		d.notified(n.Payload)
 	}
+}
+
+// notified wakes the fetcher for a notification; one saying messages were
+// made due earlier (store.NotifyDue) also makes its next claim look again
+// at what the dispatcher knows to wait.
+func (d *Dispatcher) notified(payload string) {
+	if payload == store.NotifyDue {
+		d.due.Store(true)
+	}
+	d.stats.wakeups.Add(1)
+	d.signal()
 }
 
 // probeTimeout bounds the wait for the listener's own probe notification.
@@ -95,8 +106,7 @@ func (d *Dispatcher) probe(ctx context.Context, conn *pgx.Conn, channel string) 
 			d.log.DebugContext(ctx, "notification probe arrived", slog.String("channel", channel))
 			return nil
 		}
-		d.stats.wakeups.Add(1)
-		d.signal()
+		d.notified(n.Payload)
 	}
 }
 

@@ -83,6 +83,7 @@ func (m *fakeMode) RenewEvery() time.Duration                    { return m.rene
 func (m *fakeMode) Ordered() bool                                { return m.ordered }
 func (m *fakeMode) Chained() bool                                { return false }
 func (m *fakeMode) Sweep()                                       {}
+func (m *fakeMode) Due()                                         {}
 func (m *fakeMode) Close(context.Context) error                  { return nil }
 
 func (m *fakeMode) Undelivered(context.Context) (bool, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/outboxd/outbox"
@@ -236,4 +237,39 @@ func (s *Server) startJob(w http.ResponseWriter, r *http.Request, t *table, f ou
 	writeJSON(w, http.StatusAccepted, struct {
 		Job JobView `json:"job"`
 	}{job})
+}
+
+// apiRetryNow makes one message that waits for a later attempt due now:
+// 200 {"count": 1}; 409 not_waiting when it does not wait (being
+// delivered, delivered, dead, or due already), 404 when there is none.
+func (s *Server) apiRetryNow(w http.ResponseWriter, r *http.Request, p principal) {
+	t := s.tableOf(w, r)
+	if t == nil {
+		return
+	}
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		apiError(w, http.StatusBadRequest, "bad_request", strconv.Quote(r.PathValue("id"))+" is not a message id")
+		return
+	}
+	moved, err := t.admin.RetryNow(r.Context(), p.actor, id)
+	if err != nil {
+		s.answerErr(w, r, err)
+		return
+	}
+	if len(moved) == 0 {
+		m, err := t.admin.Message(r.Context(), id)
+		switch {
+		case errors.Is(err, outbox.ErrNotFound):
+			apiError(w, http.StatusNotFound, "not_found", "no message "+r.PathValue("id")+" in "+t.name)
+		case err != nil:
+			s.answerErr(w, r, err)
+		case m.Status == "pending":
+			apiError(w, http.StatusConflict, "not_waiting", "message "+r.PathValue("id")+" is due already")
+		default:
+			apiError(w, http.StatusConflict, "not_waiting", "message "+r.PathValue("id")+" does not wait for a later attempt: it is "+m.Status)
+		}
+		return
+	}
+	writeCount(w, int64(len(moved)))
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"html/template"
 	"net/http"
+	"time"
 
 	"github.com/outboxd/outbox"
 )
@@ -104,5 +105,8 @@ func (s *Server) messagePage(w http.ResponseWriter, r *http.Request, t *table, b
 		M        *MessageDetailView
 		Timeline []timelineStep
 		Payload  string
-	}{base, m, timeline(m), prettyJSON(m.Payload)})
+		// Waiting: pending and due later (a retry's backoff, a defer),
+		// which "Retry now" makes due at once.
+		Waiting bool
+	}{base, m, timeline(m), prettyJSON(m.Payload), m.Status == "pending" && m.AvailableAt.After(time.Now())})
 }

@@ -109,3 +109,56 @@ func TestMessageAttemptHistory(t *testing.T) {
 	require.Contains(t, page.body, "HTTP 500: &lt;b&gt;oops&lt;/b&gt;", "the error is escaped")
 	require.Less(t, strings.Index(page.body, "Attempt 1:"), strings.Index(page.body, "Attempt 3:"), "the timeline runs oldest first")
 }
+
+// Retry now: a message waiting for a later attempt is made due now,
+// audited with who asked; anything else is a 409 naming why, and the
+// message page offers it only while the message waits.
+func TestRetryNowAPI(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Config{Write: true, Credentials: console.Credentials{Token: testToken}})
+	waiting, dead := b.enqueueOne(t, "w"), b.enqueueOne(t, "d")
+	b.exec(t, `UPDATE {{table}} SET attempts = 1, available_at = now() + interval '1 hour', last_error = 'busy' WHERE id = $1`, waiting)
+	b.exec(t, `UPDATE {{table}} SET status = 'dead', attempts = 12 WHERE id = $1`, dead)
+	c := b.client(t, bearer(testToken))
+	api := "/api/v1/tables/" + b.table + "/messages/"
+
+	pc := b.client(t, nil)
+	pc.login(map[string][]string{"token": {testToken}})
+	require.Contains(t, pc.get(fmt.Sprintf("/t/%s/messages/%d", b.table, waiting)).body, `id="retry-now"`)
+	require.NotContains(t, pc.get(fmt.Sprintf("/t/%s/messages/%d", b.table, dead)).body, `id="retry-now"`)
+
+	r := c.do("POST", fmt.Sprintf("%s%d/retry-now", api, waiting), nil)
+	require.Equal(t, 200, r.code, r.body)
+	require.JSONEq(t, `{"count": 1}`, r.body)
+	m, err := b.admin.Message(t.Context(), waiting)
+	require.NoError(t, err)
+	require.False(t, m.AvailableAt.After(time.Now().Add(time.Minute)), "due now")
+	require.Equal(t, 1, m.Attempts, "the attempts used stay used")
+	audit, err := b.admin.AuditList(t.Context(), 1)
+	require.NoError(t, err)
+	require.Equal(t, "retry_now", audit[0].Action)
+	require.Equal(t, []string{fmt.Sprintf("id=%d", waiting)}, audit[0].Filter)
+	require.NotContains(t, pc.get(fmt.Sprintf("/t/%s/messages/%d", b.table, waiting)).body, `id="retry-now"`, "due now: nothing to offer")
+
+	for _, tc := range []struct {
+		id, code int
+		errCode  string
+		msg      string
+	}{
+		{int(waiting), 409, "not_waiting", "is due already"},
+		{int(dead), 409, "not_waiting", "it is dead"},
+		{999999, 404, "not_found", "no message 999999"},
+	} {
+		r := c.do("POST", fmt.Sprintf("%s%d/retry-now", api, tc.id), nil)
+		require.Equal(t, tc.code, r.code, r.body)
+		require.Equal(t, tc.errCode, errorCode(t, r))
+		require.Contains(t, r.body, tc.msg)
+	}
+	r = c.do("POST", api+"abc/retry-now", nil)
+	require.Equal(t, 400, r.code, r.body)
+
+	ro := setup(t, console.Config{Credentials: console.Credentials{Token: testToken}})
+	r = ro.client(t, bearer(testToken)).do("POST", "/api/v1/tables/"+ro.table+"/messages/1/retry-now", nil)
+	require.Equal(t, 403, r.code, r.body)
+	require.Equal(t, "read_only", errorCode(t, r))
+}

@@ -33,6 +33,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /api/v1/tables/{table}/dead/retry", s.apiWrite(s.apiDeadAction("retry")))
 	mux.HandleFunc("POST /api/v1/tables/{table}/dead/skip", s.apiWrite(s.apiDeadAction("skip")))
 	mux.HandleFunc("POST /api/v1/tables/{table}/replay", s.apiWrite(s.apiReplay))
+	mux.HandleFunc("POST /api/v1/tables/{table}/messages/{id}/retry-now", s.apiWrite(s.apiRetryNow))
 	mux.HandleFunc("GET /api/v1/jobs", s.api(s.apiJobs))
 	mux.HandleFunc("GET /api/v1/jobs/{id}", s.api(s.apiJob))
 	mux.HandleFunc("POST /api/v1/jobs/{id}/cancel", s.apiWrite(s.apiJobCancel))

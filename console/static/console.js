@@ -296,3 +296,17 @@ if (replayForm) replayForm.addEventListener('submit', async (e) => {
     alertBox(err.message);
   }
 });
+
+// ---- retry now ----
+// A message waiting for a later attempt made due now (audited).
+const retryNow = document.getElementById('retry-now');
+if (retryNow) retryNow.addEventListener('click', async () => {
+  const result = document.getElementById('action-result');
+  try {
+    await call('POST', api + '/messages/' + encodeURIComponent(retryNow.dataset.id) + '/retry-now');
+    if (result) result.textContent = 'Due now: the next dispatcher to look delivers it.';
+    setTimeout(() => location.reload(), 600);
+  } catch (e) {
+    alertBox(e.message);
+  }
+});

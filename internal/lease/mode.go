@@ -37,6 +37,11 @@ type Mode interface {
 	// where the claims before it read: the fetcher just registered as a
 	// waiter, and a commit made while it was not notified nobody.
 	Sweep()
+	// Due makes the next claim look at every row again, as Sweep, and
+	// forget when each row written back pending was to be due: an
+	// operator made messages due earlier (Admin.RetryNow). The reads'
+	// own checks keep each aggregate's order.
+	Due()
 	// Deadline is when a row claimed by a statement sent at start stops
 	// being trusted: its lease, less a tenth for safety, so local timing
 	// errs on the early side of the database's clock.

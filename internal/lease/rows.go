@@ -149,6 +149,10 @@ func (m *rowLeases) Chained() bool { return false }
 // registered notified nobody and may lie behind the rows claimed.
 func (m *rowLeases) Sweep() { m.queue.sweepNext = true }
 
+// Due is Sweep: a row lease's claim reads when each row is due from the
+// row itself.
+func (m *rowLeases) Due() { m.Sweep() }
+
 func (m *rowLeases) Undelivered(ctx context.Context) (bool, error) {
 	return m.store.Undelivered(ctx, m.pool, m.Ordered())
 }

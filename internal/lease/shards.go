@@ -173,6 +173,16 @@ func (s *shardLeases) Sweep() {
 	s.mu.Unlock()
 }
 
+// Due sweeps every shard and forgets the aggregates waiting for a row
+// written back pending (see Settled): one of them may be due now. The
+// read's prev probe still holds back a row whose predecessor waits.
+func (s *shardLeases) Due() {
+	s.mu.Lock()
+	s.sweepNext = true
+	clear(s.waiting)
+	s.mu.Unlock()
+}
+
 // isolate writes, before any of them goes out, the declaration of each
 // message an isolated shard is to deliver alone (see
 // membership.isolation). It returns the rows to deliver, at most batch,

@@ -131,6 +131,30 @@ func (s *Store) DeadRetry(ctx context.Context, db DB, ids []int64, channel strin
 	return out, translate(err)
 }
 
+// NotifyDue is the payload of the notification that says messages were
+// made due earlier than the dispatchers know (RetryNow).
+const NotifyDue = "due"
+
+// RetryNow makes the messages of ids that wait for a later attempt due
+// now and notifies channel with NotifyDue. Returns the ids moved.
+func (s *Store) RetryNow(ctx context.Context, db DB, ids []int64, channel string) ([]int64, error) {
+	q, err := s.deadSQL(ctx, db, s.retryNow, s.cursor.retryNow)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, q, ids, channel)
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (int64, error) {
+		var id int64
+		var ignored bool
+		err := row.Scan(&id, &ignored)
+		return id, err
+	})
+	return out, translate(err)
+}
+
 // DeadSkip marks dead rows done without delivering them. Returns the ids moved.
 func (s *Store) DeadSkip(ctx context.Context, db DB, ids []int64) ([]int64, error) {
 	q, err := s.deadSQL(ctx, db, s.deadSkip, s.cursor.deadSkip)

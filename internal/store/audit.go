@@ -16,7 +16,7 @@ type Audit struct {
 	At         time.Time
 	FinishedAt *time.Time
 	Actor      string
-	// Action is dead_retry, dead_skip or replay.
+	// Action is dead_retry, dead_skip, replay or retry_now.
 	Action string
 	// Name is the replay's name; empty otherwise.
 	Name string

@@ -13,6 +13,8 @@ const (
 	ActionDeadRetry Action = "dead_retry"
 	ActionDeadSkip  Action = "dead_skip"
 	ActionReplay    Action = "replay"
+	// ActionRetryNow makes messages waiting for a later attempt due now.
+	ActionRetryNow Action = "retry_now"
 )
 
 // Batch is what one bulk batch did.

@@ -13,6 +13,7 @@ import (
 type cursorSQL struct {
 	load, fetch, parked, advance, undelivered, status string
 	deadList, deadRetry, deadSkip, purge              string
+	retryNow                                          string
 }
 
 func loadCursor(load func(string) string) cursorSQL {
@@ -20,6 +21,7 @@ func loadCursor(load func(string) string) cursorSQL {
 		load:        load("sql/cursor_load.sql"),
 		fetch:       load("sql/cursor_fetch.sql"),
 		parked:      load("sql/cursor_parked.sql"),
+		retryNow:    load("sql/cursor_retry_now.sql"),
 		advance:     load("sql/cursor_advance.sql"),
 		undelivered: load("sql/cursor_undelivered.sql"),
 		status:      load("sql/cursor_status.sql"),

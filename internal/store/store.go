@@ -46,6 +46,7 @@ type Store struct {
 	gauges, access, dropWake                                           string
 	attemptsRecord, attemptsList                                       string
 	beat, leave, dispatchers                                           string
+	retryNow                                                           string
 	console                                                            consoleSQL
 	// cursorConsole is console for a table under snapshot cursors.
 	cursorConsole consoleSQL
@@ -106,6 +107,7 @@ func newStore(t Table) *Store {
 		beat:             load("sql/dispatcher_beat.sql"),
 		leave:            load("sql/dispatcher_leave.sql"),
 		dispatchers:      load("sql/dispatcher_list.sql"),
+		retryNow:         load("sql/retry_now.sql"),
 		console:          loadConsole(r, "{{table}}"),
 		cursorConsole:    cursorConsole(r),
 		shards:           loadShards(load),
