@@ -162,3 +162,51 @@ func TestRetryNowAPI(t *testing.T) {
 	require.Equal(t, 403, r.code, r.body)
 	require.Equal(t, "read_only", errorCode(t, r))
 }
+
+// The top-errors page and its API group dead letters by event type and
+// error shape; a group's link opens the dead-letter page on its filter.
+func TestTopErrors(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Config{Credentials: console.Credentials{Token: testToken}})
+	for i := range 5 {
+		id := b.enqueueOne(t, fmt.Sprint("o-", i))
+		text := fmt.Sprintf("POST https://hooks.example.com/o/%d: 503 Service Unavailable", i)
+		if i == 4 {
+			text = "receiver's answer: 422 total isn't a number"
+		}
+		b.exec(t, `UPDATE {{table}} SET status = 'dead', attempts = 5, last_error = $2 WHERE id = $1`, id, text)
+	}
+	c := b.client(t, bearer(testToken))
+	r := c.get("/api/v1/tables/" + b.table + "/dead/top")
+	var top struct {
+		Scanned int64 `json:"scanned"`
+		More    bool  `json:"more"`
+		Groups  []struct {
+			Count  int64    `json:"count"`
+			Shape  string   `json:"shape"`
+			Filter []string `json:"filter"`
+		} `json:"groups"`
+	}
+	require.Equal(t, 200, r.code, r.body)
+	require.NoError(t, json.Unmarshal([]byte(r.body), &top))
+	require.EqualValues(t, 5, top.Scanned)
+	require.False(t, top.More)
+	require.Len(t, top.Groups, 2)
+	require.EqualValues(t, 4, top.Groups[0].Count)
+	require.Equal(t, "POST <url>: <n> Service Unavailable", top.Groups[0].Shape)
+	for _, q := range []string{"limit=0", "scan=abc", "limit=1001"} {
+		r := c.get("/api/v1/tables/" + b.table + "/dead/top?" + q)
+		require.Equal(t, 400, r.code, q)
+		require.Equal(t, "bad_request", errorCode(t, r), q)
+	}
+
+	pc := b.client(t, nil)
+	pc.login(map[string][]string{"token": {testToken}})
+	page := pc.get("/t/" + b.table + "/dead/top")
+	require.Equal(t, 200, page.code)
+	require.Equal(t, 2, strings.Count(page.body, `class="group-link"`))
+	require.Contains(t, page.body, `href="/t/`+b.table+`/dead?error=Service%20Unavailable&amp;event_type=OrderPaid"`)
+	require.Contains(t, page.body, "receiver&#39;s answer: &lt;n&gt; total isn&#39;t a number", "shapes are escaped")
+	dead := pc.get("/t/" + b.table + "/dead?error=Service%20Unavailable&event_type=OrderPaid")
+	require.Contains(t, dead.body, `data-n="4"`, "the group's link selects the group")
+}

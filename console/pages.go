@@ -33,7 +33,7 @@ var funcs = template.FuncMap{
 // "content".
 var pageTemplates = func() map[string]*template.Template {
 	out := map[string]*template.Template{}
-	for _, name := range []string{"overview", "messages", "message", "dead", "replay", "audit", "error"} {
+	for _, name := range []string{"overview", "messages", "message", "dead", "deadtop", "replay", "audit", "error"} {
 		out[name] = template.Must(template.New(name).Funcs(funcs).ParseFS(assets,
 			"templates/layout.html", "templates/filters.html", "templates/breakdowns.html", "templates/"+name+".html"))
 	}

@@ -19,6 +19,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /t/{table}/messages", s.page(s.messagesPage))
 	mux.HandleFunc("GET /t/{table}/messages/{id}", s.page(s.messagePage))
 	mux.HandleFunc("GET /t/{table}/dead", s.page(s.deadPage))
+	mux.HandleFunc("GET /t/{table}/dead/top", s.page(s.deadTopPage))
 	mux.HandleFunc("GET /t/{table}/replay", s.page(s.replayPage))
 	mux.HandleFunc("GET /t/{table}/audit", s.page(s.auditPage))
 
@@ -30,6 +31,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /api/v1/tables/{table}/messages/{id}", s.api(s.apiMessage))
 	mux.HandleFunc("GET /api/v1/tables/{table}/count", s.api(s.apiCount))
 	mux.HandleFunc("GET /api/v1/tables/{table}/audit", s.api(s.apiAudit))
+	mux.HandleFunc("GET /api/v1/tables/{table}/dead/top", s.api(s.apiDeadTop))
 	mux.HandleFunc("POST /api/v1/tables/{table}/dead/retry", s.apiWrite(s.apiDeadAction("retry")))
 	mux.HandleFunc("POST /api/v1/tables/{table}/dead/skip", s.apiWrite(s.apiDeadAction("skip")))
 	mux.HandleFunc("POST /api/v1/tables/{table}/replay", s.apiWrite(s.apiReplay))

@@ -107,6 +107,21 @@ try {
   check((await attempts.nth(2).locator('dd code').textContent()) === 'relay-a', 'the dispatcher that made it');
   await shot(page, 'message-attempts');
 
+  // Top errors: the dead letters grouped by event type and error shape;
+  // a group's link opens the dead-letter page filtered to it.
+  await visit(page, t('/dead'), 'dead_first');
+  await Promise.all([page.waitForURL(/\/dead\/top$/), page.click('#top-errors-link')]);
+  const groups = page.locator('#top-errors tbody tr[data-count]');
+  check(await groups.count() === 2, `two groups of dead letters: ${await groups.count()}`);
+  const biggest = Number(await groups.first().getAttribute('data-count'));
+  check(biggest === deadMatching, `the largest group first: ${biggest}`);
+  check((await groups.first().textContent()).includes(deadEvent), 'the largest group is the filtered event type');
+  check((await groups.first().locator('code').textContent()).includes('<n>'), 'numbers folded in the shape');
+  await shot(page, 'top-errors');
+  await Promise.all([page.waitForURL(/\/dead\?/), groups.first().locator('a.group-link').click()]);
+  check(new URL(page.url()).searchParams.get('event_type') === deadEvent, 'the group link filters its event type');
+  check(await countOf(page) === biggest, `the group's filter selects the group: ${await countOf(page)}`);
+
   // Dead letters: filter by event type through the form.
   await visit(page, t('/dead'), 'dead');
   check(await countOf(page) === deadMatching + deadOther, 'dead page counts all dead');
