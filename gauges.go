@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/outboxd/outbox/internal/store"
 )
@@ -29,4 +30,15 @@ func (a *Admin) Gauges(ctx context.Context) (Gauges, error) {
 		return Gauges{}, fmt.Errorf("outbox: gauges: %w", err)
 	}
 	return g, nil
+}
+
+// DoneEstimatedAt is when the planner's row count of the table, which an
+// estimated done count ([Gauges].DoneEstimated) is read from, was last set
+// (the latest ANALYZE or VACUUM, manual or automatic); nil when never.
+func (a *Admin) DoneEstimatedAt(ctx context.Context) (*time.Time, error) {
+	at, err := a.store.AnalyzedAt(ctx, a.db)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: statistics time: %w", err)
+	}
+	return at, nil
 }

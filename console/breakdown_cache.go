@@ -5,7 +5,12 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/outboxd/outbox"
 )
+
+// blockedListed is how many blocked aggregates the overview lists.
+const blockedListed = 20
 
 // breakdownCache holds a table's latest breakdowns. They read every row not
 // yet done (undelivered and dead), which grows with a backlog, so the
@@ -15,12 +20,22 @@ type breakdownCache struct {
 	mu                   sync.Mutex
 	at                   time.Time
 	byEvent, byAggregate []BreakdownView
+	// blocked is what waits behind dead heads, read with them (it reads
+	// the pending rows too).
+	blocked *outbox.Blocked
 }
 
 func (c *breakdownCache) get() (time.Time, []BreakdownView, []BreakdownView) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.at, c.byEvent, c.byAggregate
+}
+
+// getBlocked is the blocked aggregates as last read.
+func (c *breakdownCache) getBlocked() *outbox.Blocked {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.blocked
 }
 
 // refresh reads the breakdowns if they are older than every.
@@ -32,8 +47,12 @@ func (c *breakdownCache) refresh(ctx context.Context, t *table, every time.Durat
 	if err != nil {
 		return err
 	}
+	blocked, err := t.admin.Blocked(ctx, blockedListed)
+	if err != nil {
+		return err
+	}
 	c.mu.Lock()
-	c.at, c.byEvent, c.byAggregate = time.Now().UTC(), ev, ag
+	c.at, c.byEvent, c.byAggregate, c.blocked = time.Now().UTC(), ev, ag, blocked
 	c.mu.Unlock()
 	return nil
 }

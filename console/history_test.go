@@ -210,3 +210,23 @@ func TestTopErrors(t *testing.T) {
 	dead := pc.get("/t/" + b.table + "/dead?error=Service%20Unavailable&event_type=OrderPaid")
 	require.Contains(t, dead.body, `data-n="4"`, "the group's link selects the group")
 }
+
+// The message page and API mark the headers a sink leaves out, with why.
+func TestMessageMarksHeadersNotSent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Config{Credentials: console.Credentials{Token: testToken}})
+	id := b.enqueueOne(t, "h")
+	b.exec(t, `UPDATE {{table}} SET headers = $2 WHERE id = $1`, id,
+		`{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "Outbox-Id": "forged", "X-Split": "a\r\nX-Smuggled: yes", "Content-Type": "text/plain"}`)
+	c := b.client(t, bearer(testToken))
+	d := decode[console.MessageDetailView](t, c.get(fmt.Sprintf("/api/v1/tables/%s/messages/%d", b.table, id)))
+	require.Equal(t, map[string]string{
+		"Outbox-Id":    "not sent by any sink: Outbox- names are the relay's own",
+		"X-Split":      "not sent over HTTP (webhooks): a value with a line break or another control character",
+		"Content-Type": "not sent over HTTP (webhooks): a name the webhook sink sets itself or HTTP reserves",
+	}, d.NotSent)
+	pc := b.client(t, nil)
+	pc.login(map[string][]string{"token": {testToken}})
+	page := pc.get(fmt.Sprintf("/t/%s/messages/%d", b.table, id))
+	require.Equal(t, 3, strings.Count(page.body, `class="status status-dead not-sent"`), "traceparent is sent")
+}

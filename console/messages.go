@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/sink/httpsink"
+	"github.com/outboxd/outbox/sink/sinkutil"
 )
 
 // MessageView is a message in a list.
@@ -40,6 +42,10 @@ type MessageDetailView struct {
 	// History is the attempt history, newest first: every publish that
 	// did not deliver the message, up to the newest the dispatchers keep.
 	History []AttemptView `json:"history"`
+	// NotSent names the headers a sink leaves out, each with why: by
+	// every sink ("not sent: ..."), or by the webhook sink ("not sent
+	// over HTTP: ..."). Sinks log each such header once per message.
+	NotSent map[string]string `json:"not_sent"`
 }
 
 // AttemptView is one entry of a message's attempt history. Status is the
@@ -58,7 +64,20 @@ type AttemptView struct {
 // --json` prints it).
 func DetailView(m *outbox.MessageDetail) *MessageDetailView {
 	return &MessageDetailView{MessageView: messageView(m.MessageSummary), LeaseVersion: m.LeaseVersion, UID: m.UID,
-		Payload: m.Payload, Headers: m.Headers, History: attemptViews(m.History)}
+		Payload: m.Payload, Headers: m.Headers, History: attemptViews(m.History), NotSent: notSent(m.Headers)}
+}
+
+// notSent is, for each header a sink leaves out, why.
+func notSent(headers map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range headers {
+		if why := sinkutil.NotSent(k); why != "" {
+			out[k] = "not sent by any sink: " + why
+		} else if why := httpsink.NotSent(k, v); why != "" {
+			out[k] = "not sent over HTTP (webhooks): " + why
+		}
+	}
+	return out
 }
 
 // Took is the attempt's duration for a person: microseconds under a

@@ -22,8 +22,11 @@ type Overview struct {
 	Dead         int64  `json:"dead"`
 	DoneEstimate int64  `json:"done_estimate"`
 	// DoneEstimated is true when DoneEstimate is the planner's estimate
-	// (past 10,000 done rows); below that it is exact.
-	DoneEstimated    bool    `json:"done_estimated"`
+	// (past 10,000 done rows); below that it is exact. DoneEstimatedAt is
+	// when the planner's count was taken (the table's latest ANALYZE or
+	// VACUUM); null unless estimated.
+	DoneEstimated    bool       `json:"done_estimated"`
+	DoneEstimatedAt  *time.Time `json:"done_estimated_at"`
 	OldestAgeSeconds float64 `json:"oldest_undelivered_age_seconds"`
 	ExpiredLeases    int64   `json:"expired_leases"`
 	// BreakdownsAt is when the breakdowns were read: the sampler refreshes
@@ -32,6 +35,11 @@ type Overview struct {
 	ByEventType     []BreakdownView  `json:"by_event_type"`
 	ByAggregateType []BreakdownView  `json:"by_aggregate_type"`
 	Dispatchers     []DispatcherView `json:"dispatchers"`
+	// Blocked is what waits behind dead heads, read with the breakdowns:
+	// how many aggregates and messages, and the first 20 aggregates, the
+	// oldest dead head first. Delivered in order, they wait until an
+	// operator retries or skips the dead message.
+	Blocked *outbox.Blocked `json:"blocked"`
 }
 
 // BreakdownView is one row of a breakdown: undelivered and dead counts of
@@ -106,6 +114,12 @@ func (s *Server) overview(ctx context.Context, t *table) (Overview, outbox.Gauge
 		return o, g, err
 	}
 	o.BreakdownsAt, o.ByEventType, o.ByAggregateType = t.breakdowns.get()
+	o.Blocked = t.breakdowns.getBlocked()
+	if g.DoneEstimated {
+		if o.DoneEstimatedAt, err = t.admin.DoneEstimatedAt(ctx); err != nil {
+			return o, g, err
+		}
+	}
 	o.Dispatchers, err = dispatchers(ctx, t)
 	return o, g, err
 }
@@ -137,14 +151,16 @@ func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request, t *table, 
 	base.Title, base.Page = "Overview", "overview"
 	s.render(w, "overview", struct {
 		pageData
-		G            outbox.Gauges
-		BreakdownsAt time.Time
-		Breakdowns   []breakdownTable
-		Dispatchers  []DispatcherView
-	}{base, g, o.BreakdownsAt, []breakdownTable{
+		G               outbox.Gauges
+		DoneEstimatedAt *time.Time
+		BreakdownsAt    time.Time
+		Breakdowns      []breakdownTable
+		Dispatchers     []DispatcherView
+		Blocked         *outbox.Blocked
+	}{base, g, o.DoneEstimatedAt, o.BreakdownsAt, []breakdownTable{
 		{"event type", "event_type", o.ByEventType},
 		{"aggregate type", "aggregate_type", o.ByAggregateType},
-	}, o.Dispatchers})
+	}, o.Dispatchers, o.Blocked})
 }
 
 // apiStatus answers exactly what `outboxd status --json` prints.

@@ -38,11 +38,20 @@ func TestOverviewAndSamples(t *testing.T) {
 	require.Equal(t, "host-a", o.Dispatchers[0].Owner)
 	require.Equal(t, int64(2), o.Dispatchers[0].InFlight)
 	require.False(t, o.Dispatchers[0].Live, "it holds leases without reporting itself")
+	require.Nil(t, o.DoneEstimatedAt, "done is exact")
+	// The dead messages are their aggregates' heads (order/0..3); the
+	// pending ones of order/2 and order/3 wait behind them.
+	require.NotNil(t, o.Blocked)
+	require.EqualValues(t, 2, o.Blocked.Aggregates)
+	require.EqualValues(t, 2, o.Blocked.Messages)
+	require.Len(t, o.Blocked.List, 2)
 	require.False(t, o.BreakdownsAt.IsZero())
 	pc := b.client(t, nil)
 	pc.login(map[string][]string{"token": {testToken}})
 	page := pc.get("/t/" + b.table + "/")
 	require.Contains(t, page.body, "not reporting")
+	require.Contains(t, page.body, `id="blocked"`)
+	require.Contains(t, page.body, "2 pending message(s) of 2 aggregate(s) wait behind a dead message")
 
 	// An idle dispatcher that reports itself is listed beside it; with
 	// neither, the page says no dispatcher runs.
@@ -94,4 +103,23 @@ func TestOverviewAndSamples(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 	cancel()
 	require.NoError(t, <-served)
+}
+
+// Past 10,000 done rows the overview's done count is the planner's
+// estimate, and it says from when.
+func TestOverviewDoneEstimateAsOf(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Config{Credentials: console.Credentials{Token: testToken}})
+	b.exec(t, `INSERT INTO {{table}} (aggregate_type, aggregate_id, event_type, payload, status, done_at)
+	           SELECT 'order', g::text, 'OrderPaid', '{}', 'done', now() FROM generate_series(1, 12000) AS g`)
+	b.exec(t, `ANALYZE {{table}}`)
+	c := b.client(t, bearer(testToken))
+	o := decode[console.Overview](t, c.get("/api/v1/tables/"+b.table+"/overview"))
+	require.True(t, o.DoneEstimated)
+	require.NotNil(t, o.DoneEstimatedAt)
+	require.WithinDuration(t, time.Now(), *o.DoneEstimatedAt, time.Minute)
+	pc := b.client(t, nil)
+	pc.login(map[string][]string{"token": {testToken}})
+	page := pc.get("/t/" + b.table + "/")
+	require.Contains(t, page.body, `id="done-as-of">estimate as of <time datetime="`)
 }

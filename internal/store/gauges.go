@@ -2,7 +2,10 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Gauges are an outbox table's health figures that are cheap enough to read
@@ -27,6 +30,18 @@ type Gauges struct {
 	// LiveDispatchers counts the dispatchers that reported themselves
 	// within three of their beats, idle or busy.
 	LiveDispatchers int64
+}
+
+// AnalyzedAt is when the planner's row count of the table was last set (an
+// ANALYZE or VACUUM, manual or automatic), which an estimated done count
+// is as of; nil when never.
+func (s *Store) AnalyzedAt(ctx context.Context, db DB) (*time.Time, error) {
+	var at *time.Time
+	err := db.QueryRow(ctx, s.analyzedAt, s.Table.ident("")).Scan(&at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	return at, translate(err)
 }
 
 // Gauges reads the gauges in one statement.

@@ -46,7 +46,7 @@ type Store struct {
 	gauges, access, dropWake                                           string
 	attemptsRecord, attemptsList                                       string
 	beat, leave, dispatchers                                           string
-	retryNow                                                           string
+	retryNow, analyzedAt                                               string
 	console                                                            consoleSQL
 	// cursorConsole is console for a table under snapshot cursors.
 	cursorConsole consoleSQL
@@ -108,6 +108,7 @@ func newStore(t Table) *Store {
 		leave:            load("sql/dispatcher_leave.sql"),
 		dispatchers:      load("sql/dispatcher_list.sql"),
 		retryNow:         load("sql/retry_now.sql"),
+		analyzedAt:       load("sql/analyzed_at.sql"),
 		console:          loadConsole(r, "{{table}}"),
 		cursorConsole:    cursorConsole(r),
 		shards:           loadShards(load),

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -179,6 +180,19 @@ func TestPublishSkipsInvalidMessageHeaders(t *testing.T) {
 	}, added)
 	require.Equal(t, []string{"", "Colon:Name", "Has Space", "X-Del", "X-Injected", "X-Nul", "Ünicode"}, msg.DroppedHeaders(),
 		"each header left out is reported, for the dispatcher's log")
+	// NotSent, which the console shows, says the same of each header.
+	for k, v := range msg.Headers {
+		require.Equal(t, slices.Contains(msg.DroppedHeaders(), k), httpsink.NotSent(k, v) != "", "%q", k)
+	}
+}
+
+// NotSent names every header the sink will not let a message set.
+func TestNotSentNamesTheReservedHeaders(t *testing.T) {
+	t.Parallel()
+	for _, k := range []string{"Content-Type", "Idempotency-Key", "ce-id", "Outbox-Attempt", "webhook-id", "Authorization", "Host"} {
+		require.Equal(t, "a name the webhook sink sets itself or HTTP reserves", httpsink.NotSent(k, "x"), k)
+	}
+	require.Empty(t, httpsink.NotSent("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"))
 }
 
 func TestPublishMarksAReplay(t *testing.T) {

@@ -65,3 +65,16 @@ func (r Reserved) Headers(m *outbox.Message) []Header {
 func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
+
+// NotSent says why no sink sends a producer header ("" when some may): an
+// empty name, or a name under Outbox-, which every sink reserves for its
+// own. Each sink may leave out more (its protocol's names; see its own).
+func NotSent(name string) string {
+	switch {
+	case name == "":
+		return "an empty name"
+	case hasPrefixFold(name, "Outbox-"):
+		return "Outbox- names are the relay's own"
+	}
+	return ""
+}
