@@ -27,8 +27,8 @@ type Overview struct {
 	// VACUUM); null unless estimated.
 	DoneEstimated    bool       `json:"done_estimated"`
 	DoneEstimatedAt  *time.Time `json:"done_estimated_at"`
-	OldestAgeSeconds float64 `json:"oldest_undelivered_age_seconds"`
-	ExpiredLeases    int64   `json:"expired_leases"`
+	OldestAgeSeconds float64    `json:"oldest_undelivered_age_seconds"`
+	ExpiredLeases    int64      `json:"expired_leases"`
 	// BreakdownsAt is when the breakdowns were read: the sampler refreshes
 	// them every BreakdownInterval.
 	BreakdownsAt    time.Time        `json:"breakdowns_at"`
