@@ -222,11 +222,17 @@ func (a *Admin) LiveDispatchers(ctx context.Context) ([]LiveDispatcher, error) {
 	return out, nil
 }
 
-// BlockedCount is how much waits behind dead heads (see [Status.Blocked]).
+// BlockedCount is how much waits behind dead heads (see [Status.Blocked]),
+// with the first aggregates (StatusBlockedListed), the oldest dead head
+// first; the list is left out of the JSON when nothing waits.
 type BlockedCount struct {
-	Aggregates int64 `json:"aggregates"`
-	Messages   int64 `json:"messages"`
+	Aggregates int64              `json:"aggregates"`
+	Messages   int64              `json:"messages"`
+	List       []BlockedAggregate `json:"list,omitempty"`
 }
+
+// StatusBlockedListed is how many blocked aggregates [Admin.Status] lists.
+const StatusBlockedListed = 10
 
 // Status reads the table's health figures: one statement, one more for
 // what waits behind dead heads and one for the live dispatchers.
@@ -235,16 +241,20 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: status: %w", err)
 	}
-	blocked, err := a.store.BlockedAggregates(ctx, a.db, 0)
+	blocked, err := a.store.BlockedAggregates(ctx, a.db, StatusBlockedListed)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: status: %w", err)
+	}
+	var list []BlockedAggregate
+	for _, g := range blocked.List {
+		list = append(list, BlockedAggregate(g))
 	}
 	live, err := a.LiveDispatchers(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: status: %w", err)
 	}
 	out := &Status{Counts: st.Counts, DoneEstimated: st.DoneEstimated, ExpiredLeases: st.ExpiredLeases, Attempts: map[string]int64{},
-		Blocked: BlockedCount{Aggregates: blocked.Aggregates, Messages: blocked.Messages}, Dispatchers: live}
+		Blocked: BlockedCount{Aggregates: blocked.Aggregates, Messages: blocked.Messages, List: list}, Dispatchers: live}
 	if st.OldestPendingAge >= 0 {
 		s := st.OldestPendingAge.Seconds()
 		out.OldestPendingAgeSeconds = &s

@@ -197,6 +197,12 @@ func printStatus(out io.Writer, table string, st *outbox.Status) error {
 	if b := st.Blocked; b.Messages > 0 {
 		fmt.Fprintf(w, "behind a dead head\t%d %s of %d %s (delivered in order, they wait for dead retry or skip)\n",
 			b.Messages, plural(b.Messages, "message", "messages"), b.Aggregates, plural(b.Aggregates, "aggregate", "aggregates"))
+		for _, g := range b.List {
+			fmt.Fprintf(w, "\taggregate %s: %d waiting behind dead message %d\n", g.AggregateID, g.Waiting, g.DeadID)
+		}
+		if more := b.Aggregates - int64(len(b.List)); more > 0 {
+			fmt.Fprintf(w, "\tand %d more %s\n", more, plural(more, "aggregate", "aggregates"))
+		}
 	}
 	if len(st.Attempts) > 0 {
 		keys := make([]int, 0, len(st.Attempts))

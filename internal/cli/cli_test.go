@@ -793,9 +793,11 @@ func testStatus(t *testing.T, bin string) {
 
 	behind := c.insert(t, "agg-5", `{"n":6}`) // after the dead one, in its aggregate
 	top, _, _ = statusJSON()
-	require.JSONEq(t, `{"aggregates": 1, "messages": 1}`, string(top["blocked"]))
+	require.JSONEq(t, fmt.Sprintf(`{"aggregates": 1, "messages": 1, "list": [{"aggregate_id": "agg-5", "dead_id": %d, "waiting": 1}]}`, ids[5]),
+		string(top["blocked"]), "the aggregates are listed")
 	r = c.ok(t, "status", "--table", c.table)
 	require.Regexp(t, `(?m)^behind a dead head\s+1 message of 1 aggregate \(delivered in order, they wait for dead retry or skip\)$`, r.stdout)
+	require.Regexp(t, fmt.Sprintf(`(?m)^\s+aggregate agg-5: 1 waiting behind dead message %d$`, ids[5]), r.stdout)
 	c.exec(t, "DELETE FROM "+q+" WHERE id = $1", behind)
 
 	c.exec(t, "UPDATE "+q+" SET status = 'done', done_at = now(), lease_owner = NULL, lease_until = NULL WHERE status IN ('pending', 'processing')")
