@@ -55,6 +55,7 @@ func commands() []command {
 		{"run", "relay messages to a sink until stopped (or drained)", runRun},
 		{"status", "show counts by status, oldest pending age, expired leases, attempts", runStatus},
 		{"show", "print one message with its attempt history (show ID [--json])", runShow},
+		{"retry-now", "make messages waiting for a later attempt due now (retry-now ID...)", runRetryNow},
 		{"dead", "list, retry or skip dead messages (dead list|retry|skip)", runDead},
 		{"replay", "deliver done messages matching --filter again, marked Outbox-Replay (--dry-run, --rate)", runReplay},
 		{"purge", "delete done messages older than a duration, in batches", runPurge},

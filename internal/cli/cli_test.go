@@ -918,6 +918,22 @@ func testShowAttemptHistory(t *testing.T, bin string) {
 	r = c.run(t, "show", "abc", "--table", c.table)
 	require.Equal(t, 2, r.code, "%s", r)
 	require.Equal(t, 1, strings.Count(r.stderr, "\n"), "%s", r.stderr)
+
+	// A message waiting for a later attempt says when, and retry-now makes
+	// it due at once (audited); a second time it does not wait.
+	waiting := c.insert(t, "agg-w", `{"n":3}`)
+	c.exec(t, "UPDATE "+c.quoted()+" SET attempts = 1, available_at = now() + interval '1 hour' WHERE id = $1", waiting)
+	w := strconv.FormatInt(waiting, 10)
+	r = c.ok(t, "show", w, "--table", c.table)
+	require.Regexp(t, `(?m)^next attempt\s+\d{4}-\d\d-\d\dT\S+Z \(outboxd retry-now `+w+` makes it due now\)$`, r.stdout)
+	r = c.ok(t, "retry-now", w, "--table", c.table)
+	require.Contains(t, r.stdout, "made 1 message(s) due now")
+	require.NotContains(t, c.ok(t, "show", w, "--table", c.table).stdout, "next attempt")
+	r = c.run(t, "retry-now", w, "--table", c.table)
+	require.Equal(t, 1, r.code, "%s", r)
+	require.Equal(t, "outboxd: not waiting for a later attempt (being delivered, delivered, dead, due already, or not found): "+w+"\n", r.stderr)
+	r = c.run(t, "retry-now", "--table", c.table)
+	require.Equal(t, 2, r.code, "%s", r)
 }
 
 func testDead(t *testing.T, bin string) {

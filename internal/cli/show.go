@@ -66,6 +66,9 @@ func printMessage(out io.Writer, m *outbox.MessageDetail) error {
 	if m.LastError != nil {
 		fmt.Fprintf(w, "last error\t%s\n", oneLine(*m.LastError, 200))
 	}
+	if m.Status == "pending" && m.Attempts > 0 && m.AvailableAt.After(time.Now()) {
+		fmt.Fprintf(w, "next attempt\t%s (outboxd retry-now %d makes it due now)\n", isoTime(m.AvailableAt), m.ID)
+	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
@@ -100,3 +103,28 @@ func printMessage(out io.Writer, m *outbox.MessageDetail) error {
 // isoTime is t in UTC, ISO 8601 to the millisecond: the one time format of
 // the console and the command line.
 func isoTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+
+func runRetryNow(ctx context.Context, e *env, args []string) error {
+	c := newDBCommand(e, "retry-now", "retry-now ID...")
+	if err := c.parseWithArgs(e, args); err != nil {
+		return err
+	}
+	if len(c.Args()) == 0 {
+		return usagef("retry-now: no ids given")
+	}
+	ids, err := parseIDs(c.Args())
+	if err != nil {
+		return err
+	}
+	return c.withAdmin(ctx, e, func(a *outbox.Admin) error {
+		moved, err := quietAdmin(a).RetryNow(ctx, "", ids...)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "made %d message(s) due now%s\n", len(moved), idList(moved))
+		if missing := missingIDs(ids, moved); len(missing) > 0 {
+			return fmt.Errorf("not waiting for a later attempt (being delivered, delivered, dead, due already, or not found): %s", joinIDs(missing))
+		}
+		return nil
+	})
+}
