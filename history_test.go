@@ -150,3 +150,32 @@ func testRetentionPurgesTheHistory(t *testing.T, m leaseMode) {
 type errTest string
 
 func (e errTest) Error() string { return string(e) }
+
+// A failure whose write was fenced off (the lease was taken over while the
+// publish ran) records nothing: the history holds only outcomes that were
+// written.
+func TestModesAttemptHistoryOfALostLease(t *testing.T) {
+	t.Parallel()
+	forEachMode(t, func(t *testing.T, m leaseMode) {
+		b := m.bundle(t)
+		ids := b.enqueueN(t, 1, "a")
+		g := newGate()
+		sig := newSignals()
+		stalled := b.dispatcher(t, outbox.SinkFunc(func(ctx context.Context, msg *outbox.Message) error {
+			g.wait(ctx, msg.ID)
+			return outbox.WithResponseStatus(outbox.Retryable(errTest("late 503")), 503)
+		}), m.config(outbox.Config{Lease: 30 * time.Second, Owner: "stalled", Hook: sig, PollInterval: time.Hour, DisableNotify: true}))
+		start(t, stalled)
+		require.Equal(t, ids[0], g.next(t))
+		waitFor(t, sig.idle, func(outbox.IdleEvent) bool { return true }, "the stalled dispatcher never went idle")
+
+		m.expire(t, b)
+		drain(t, b.dispatcher(t, newRecorder(nil).Sink(), m.config(outbox.Config{Lease: 30 * time.Second, Owner: "next"})))
+		g.Open()
+		sig.waitSettled(t, outbox.OutcomeLeaseLost, "the stalled finalize was not fenced off")
+		require.NoError(t, stalled.Stop(), "its run ends once its history writer has written what it was given")
+		h, err := b.admin.Attempts(t.Context(), ids[0])
+		require.NoError(t, err)
+		require.Empty(t, h, "a fenced-off failure is not recorded")
+	})
+}
