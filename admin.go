@@ -245,16 +245,12 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: status: %w", err)
 	}
-	var list []BlockedAggregate
-	for _, g := range blocked.List {
-		list = append(list, BlockedAggregate(g))
-	}
 	live, err := a.LiveDispatchers(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: status: %w", err)
 	}
 	out := &Status{Counts: st.Counts, DoneEstimated: st.DoneEstimated, ExpiredLeases: st.ExpiredLeases, Attempts: map[string]int64{},
-		Blocked: BlockedCount{Aggregates: blocked.Aggregates, Messages: blocked.Messages, List: list}, Dispatchers: live}
+		Blocked: BlockedCount{Aggregates: blocked.Aggregates, Messages: blocked.Messages, List: blockedList(blocked.List)}, Dispatchers: live}
 	if st.OldestPendingAge >= 0 {
 		s := st.OldestPendingAge.Seconds()
 		out.OldestPendingAgeSeconds = &s

@@ -19,8 +19,8 @@ import (
 type beater struct {
 	d      *Dispatcher
 	leases *lease.Registry
-	every  time.Duration
-	base   store.Beat
+	// base is what every beat reports; base.Every is the interval.
+	base store.Beat
 	// window holds the delivered count at each beat of the last minute.
 	window  rateWindow
 	failing bool
@@ -34,7 +34,7 @@ func beatEvery(lease time.Duration) time.Duration {
 
 func (d *Dispatcher) newBeater(leases *lease.Registry) *beater {
 	host, _ := os.Hostname()
-	return &beater{d: d, leases: leases, every: beatEvery(d.cfg.Lease), base: store.Beat{
+	return &beater{d: d, leases: leases, base: store.Beat{
 		Owner: d.cfg.Owner, Host: host, Version: buildVersion(), LeaseMode: string(d.cfg.LeaseMode),
 		Every: beatEvery(d.cfg.Lease),
 	}}
@@ -43,7 +43,7 @@ func (d *Dispatcher) newBeater(leases *lease.Registry) *beater {
 // run beats at once, then every interval until ctx ends, then deletes the
 // dispatcher's row.
 func (b *beater) run(ctx context.Context) {
-	t := time.NewTicker(b.every)
+	t := time.NewTicker(b.base.Every)
 	defer t.Stop()
 	for first := true; ; first = false {
 		b.beat(ctx, first)
@@ -65,7 +65,7 @@ func (b *beater) beat(ctx context.Context, first bool) {
 	done := b.d.stats.of(OutcomeDone)
 	beat := b.base
 	beat.First, beat.InFlight, beat.Delivered1m = first, b.leases.Len(), b.window.add(now, done)
-	bctx, cancel := context.WithTimeout(ctx, b.every)
+	bctx, cancel := context.WithTimeout(ctx, b.base.Every)
 	defer cancel()
 	err := b.d.store.Beat(bctx, b.d.pool, beat)
 	switch {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/outboxd/outbox/internal/store"
 )
 
 // BreakdownRow counts the messages not done of one event type or aggregate
@@ -111,9 +113,18 @@ func (a *Admin) Blocked(ctx context.Context, limit int) (*Blocked, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: blocked aggregates: %w", err)
 	}
-	out := &Blocked{Aggregates: b.Aggregates, Messages: b.Messages, List: make([]BlockedAggregate, len(b.List))}
-	for i, g := range b.List {
-		out.List[i] = BlockedAggregate(g)
+	list := blockedList(b.List)
+	if list == nil {
+		list = []BlockedAggregate{}
 	}
-	return out, nil
+	return &Blocked{Aggregates: b.Aggregates, Messages: b.Messages, List: list}, nil
+}
+
+// blockedList is the public form of the store's list (nil when empty).
+func blockedList(list []store.BlockedAggregate) []BlockedAggregate {
+	var out []BlockedAggregate
+	for _, g := range list {
+		out = append(out, BlockedAggregate(g))
+	}
+	return out
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/outboxd/outbox"
@@ -247,9 +246,9 @@ func (s *Server) apiRetryNow(w http.ResponseWriter, r *http.Request, p principal
 	if t == nil {
 		return
 	}
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil || id <= 0 {
-		apiError(w, http.StatusBadRequest, "bad_request", strconv.Quote(r.PathValue("id"))+" is not a message id")
+	id, err := pathID(r)
+	if err != nil {
+		s.answerErr(w, r, err)
 		return
 	}
 	moved, err := t.admin.RetryNow(r.Context(), p.actor, id)

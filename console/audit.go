@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"net/http"
-	"strconv"
 	"time"
 )
 
@@ -34,14 +33,9 @@ func (s *Server) apiAudit(w http.ResponseWriter, r *http.Request, _ principal) {
 	if t == nil {
 		return
 	}
-	limit := 100
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			apiError(w, http.StatusBadRequest, "bad_request", "limit: want 1 to 1000")
-			return
-		}
-		limit = n
+	limit, ok := intParam(w, r, "limit", 100, 1000)
+	if !ok {
+		return
 	}
 	es, err := s.auditList(r.Context(), t, limit)
 	if err != nil {

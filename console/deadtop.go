@@ -91,7 +91,7 @@ func intParam(w http.ResponseWriter, r *http.Request, name string, def, maxV int
 	}
 	n, err := strconv.Atoi(raw)
 	if err != nil || n < 1 || n > maxV {
-		apiError(w, http.StatusBadRequest, "bad_request", name+" must be a whole number from 1 to "+strconv.Itoa(maxV))
+		apiError(w, http.StatusBadRequest, "bad_request", name+": want 1 to "+strconv.Itoa(maxV))
 		return 0, false
 	}
 	return n, true

@@ -275,10 +275,20 @@ func (s *Server) apiCount(w http.ResponseWriter, r *http.Request, _ principal) {
 	writeJSON(w, http.StatusOK, c)
 }
 
-func (s *Server) detail(r *http.Request, t *table) (*MessageDetailView, error) {
+// pathID is the message id of the request's path, or a *requestError
+// naming what is there instead.
+func pathID(r *http.Request) (int64, error) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id <= 0 {
-		return nil, errorf("%q is not a message id", r.PathValue("id"))
+		return 0, errorf("%q is not a message id", r.PathValue("id"))
+	}
+	return id, nil
+}
+
+func (s *Server) detail(r *http.Request, t *table) (*MessageDetailView, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return nil, err
 	}
 	m, err := t.admin.Message(r.Context(), id)
 	if err != nil {

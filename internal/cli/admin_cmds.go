@@ -441,14 +441,19 @@ func runDeadShow(ctx context.Context, e *env, args []string) error {
 	})
 }
 
+// indentPayload is a payload as printed under its heading: indented JSON,
+// or as stored when it does not parse.
+func indentPayload(raw []byte) string {
+	var b bytes.Buffer
+	if json.Indent(&b, raw, "  ", "  ") != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
 // printDead writes one dead message, its payload indented, and how to
 // retry or skip it.
 func printDead(out io.Writer, d outbox.DeadMessage) error {
-	var payload bytes.Buffer
-	if json.Indent(&payload, d.Payload, "  ", "  ") != nil {
-		payload.Reset()
-		payload.Write(d.Payload)
-	}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(w, "id\t%d\n", d.ID)
 	fmt.Fprintf(w, "aggregate\t%s / %s\n", d.AggregateType, d.AggregateID)
@@ -460,7 +465,7 @@ func printDead(out io.Writer, d outbox.DeadMessage) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "payload\n  %s\n", payload.String())
+	fmt.Fprintf(out, "payload\n  %s\n", indentPayload(d.Payload))
 	fmt.Fprintf(out, "\nretry with `outboxd dead retry %d`, or skip it with `outboxd dead skip %d`\n", d.ID, d.ID)
 	return nil
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -72,12 +71,7 @@ func printMessage(out io.Writer, m *outbox.MessageDetail) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	var payload bytes.Buffer
-	if json.Indent(&payload, m.Payload, "  ", "  ") != nil {
-		payload.Reset()
-		payload.Write(m.Payload)
-	}
-	fmt.Fprintf(out, "payload\n  %s\n", payload.String())
+	fmt.Fprintf(out, "payload\n  %s\n", indentPayload(m.Payload))
 	if len(m.Headers) > 0 {
 		h, _ := json.Marshal(m.Headers)
 		fmt.Fprintf(out, "headers\n  %s\n", h)

@@ -114,7 +114,14 @@ func (s *Store) DeadList(ctx context.Context, db DB, afterID int64, limit int) (
 // DeadRetry moves dead rows back to pending with attempts reset and wakes
 // the dispatchers. ids nil means every dead row. Returns the ids moved.
 func (s *Store) DeadRetry(ctx context.Context, db DB, ids []int64, channel string) ([]int64, error) {
-	q, err := s.deadSQL(ctx, db, s.deadRetry, s.cursor.deadRetry)
+	return s.moveAndWake(ctx, db, s.deadRetry, s.cursor.deadRetry, ids, channel)
+}
+
+// moveAndWake runs a statement that moves ids and notifies channel once
+// per row moved (plain on a table, cursor on one under snapshot cursors),
+// and returns the ids moved.
+func (s *Store) moveAndWake(ctx context.Context, db DB, plain, cursor string, ids []int64, channel string) ([]int64, error) {
+	q, err := s.deadSQL(ctx, db, plain, cursor)
 	if err != nil {
 		return nil, err
 	}
@@ -138,21 +145,7 @@ const NotifyDue = "due"
 // RetryNow makes the messages of ids that wait for a later attempt due
 // now and notifies channel with NotifyDue. Returns the ids moved.
 func (s *Store) RetryNow(ctx context.Context, db DB, ids []int64, channel string) ([]int64, error) {
-	q, err := s.deadSQL(ctx, db, s.retryNow, s.cursor.retryNow)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := db.Query(ctx, q, ids, channel)
-	if err != nil {
-		return nil, translate(err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (int64, error) {
-		var id int64
-		var ignored bool
-		err := row.Scan(&id, &ignored)
-		return id, err
-	})
-	return out, translate(err)
+	return s.moveAndWake(ctx, db, s.retryNow, s.cursor.retryNow, ids, channel)
 }
 
 // DeadSkip marks dead rows done without delivering them. Returns the ids moved.
