@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"time"
 
@@ -31,6 +32,7 @@ type benchOpts struct {
 	shards    int
 	holdSnap  bool
 	holdWrite bool
+	cpuProf   string
 }
 
 // shardCount is how many shards the bench tables get: none unless the
@@ -58,6 +60,13 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	}
 	if err := o.check(c.FlagSet); err != nil {
 		return err
+	}
+	if o.cpuProf != "" {
+		stop, err := startCPUProfile(o.cpuProf)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	cfg, err := o.rf.config("bench.outbox", logger)
 	if err != nil {
@@ -113,6 +122,7 @@ func (o *benchOpts) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.shards, "shards", 16, "with --lease-mode shard or cursor: the bench table's shards")
 	fs.BoolVar(&o.holdSnap, "hold-snapshot", false, "while each drain runs, another session holds a REPEATABLE READ snapshot (vacuum cannot clean up behind it)")
 	fs.BoolVar(&o.holdWrite, "hold-writer", false, "while each drain runs, another session holds a transaction that has written (its id stays in progress)")
+	fs.StringVar(&o.cpuProf, "cpu-profile", "", "write the relay's CPU profile of the whole run to FILE (go tool pprof FILE)")
 	fs.BoolVar(&o.latency, "latency", false, "instead of draining: measure delivery latency at --rate inserts/s from --producers (default 4) through the HTTP sink to a local receiver")
 	fs.IntVar(&o.rate, "rate", 1000, "with --latency: single-row insert transactions per second, across all producers")
 }
@@ -144,6 +154,23 @@ func (o *benchOpts) check(fs *flag.FlagSet) error {
 		return usagef("--variant must be lease, seed or both, got %q", o.variant)
 	}
 	return nil
+}
+
+// startCPUProfile profiles this process into path until the returned
+// function is called.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }
 
 func cmpString(s, def string) string {

@@ -1415,9 +1415,20 @@ func testSnapshotCursors(t *testing.T, bin string) {
 	require.Contains(t, st.stdout, `"pending": 0,`)
 	require.Contains(t, st.stdout, `"done": 3,`)
 
-	b := start(t, bin, envWith(dsn), nil, "bench", "--messages", "2000", "--lease-mode", "cursor", "--hold-snapshot", "--hold-writer", "--dsn", dsn)
+	prof := filepath.Join(t.TempDir(), "cpu.prof")
+	b := start(t, bin, envWith(dsn), nil, "bench", "--messages", "2000", "--lease-mode", "cursor", "--hold-snapshot", "--hold-writer",
+		"--cpu-profile", prof, "--dsn", dsn)
 	r := b.wait()
 	requireOK(t, r)
+	// --cpu-profile leaves a pprof profile (gzipped protocol buffers).
+	data, err := os.ReadFile(prof)
+	require.NoError(t, err)
+	require.Greater(t, len(data), 2)
+	require.Equal(t, []byte{0x1f, 0x8b}, data[:2], "a gzipped pprof profile")
+	bad := start(t, bin, envWith(dsn), nil, "bench", "--cpu-profile", filepath.Join(t.TempDir(), "missing", "cpu.prof"), "--dsn", dsn).wait()
+	require.Equal(t, 1, bad.code, "%s", bad)
+	require.Contains(t, bad.stderr, "--cpu-profile: open ")
+	require.Equal(t, 1, strings.Count(strings.TrimSpace(bad.stderr), "\n")+1, "one error line: %s", bad)
 	require.Regexp(t, `(?m)^outboxd bench on .*, batch 1000, cursor leases, unordered$`, r.stdout)
 	require.Regexp(t, `(?m)^delivered\s+2000 in `, r.stdout)
 	require.Regexp(t, `(?m)^throughput\s+[0-9]+ messages/s$`, r.stdout)

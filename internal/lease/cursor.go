@@ -237,7 +237,11 @@ func (c *cursorLeases) Claim(ctx context.Context, batch int, clearWait bool) ([]
 		if !at.IsZero() {
 			dbNow = at
 		}
-		rows = append(rows, got...)
+		if rows == nil {
+			rows = got
+		} else {
+			rows = append(rows, got...)
+		}
 	}
 	if dbNow.IsZero() {
 		dbNow = now
@@ -473,15 +477,20 @@ const fetchSplit = 128
 // server probes one half while the relay decodes the other: the read is
 // the claim loop's critical path.
 func (c *cursorLeases) fetch(ctx context.Context, ids []int64) ([]store.Row, time.Time, error) {
+	out := make([]store.Row, 0, len(ids))
 	if len(ids) < 2*fetchSplit {
-		return c.store.FetchRows(ctx, c.pool, ids, c.cfg.Ordered)
+		return c.store.FetchRows(ctx, c.pool, ids, c.cfg.Ordered, out)
 	}
+	// Each half is scanned into its part of one slice; the second moves
+	// down only when rows of the first were gone.
 	half := len(ids) / 2
 	var rest []store.Row
 	var restErr error
 	var wg sync.WaitGroup
-	wg.Go(func() { rest, _, restErr = c.store.FetchRows(ctx, c.pool, ids[half:], c.cfg.Ordered) })
-	rows, at, err := c.store.FetchRows(ctx, c.pool, ids[:half], c.cfg.Ordered)
+	wg.Go(func() {
+		rest, _, restErr = c.store.FetchRows(ctx, c.pool, ids[half:], c.cfg.Ordered, out[half:half:len(ids)])
+	})
+	first, at, err := c.store.FetchRows(ctx, c.pool, ids[:half], c.cfg.Ordered, out[:0:half])
 	wg.Wait()
 	if err == nil {
 		err = restErr
@@ -489,7 +498,8 @@ func (c *cursorLeases) fetch(ctx context.Context, ids []int64) ([]store.Row, tim
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	return append(rows, rest...), at, nil
+	n := copy(out[len(first):len(first)+len(rest)], rest)
+	return out[:len(first)+n], at, nil
 }
 
 // stale marks w to be loaded again from what is stored, once nothing of

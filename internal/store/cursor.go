@@ -132,14 +132,14 @@ func (s *Store) LoadWindows(ctx context.Context, db DB, owner string, loads []Wi
 var ErrInRecovery = errors.New("snapshot cursors read the primary, and this server is in recovery (a standby)")
 
 // FetchRows returns the rows of ids, in that order (an id no longer in
-// the table is left out). Ordered, each row's Blocked says whether an
-// earlier message of its aggregate is parked.
-func (s *Store) FetchRows(ctx context.Context, db DB, ids []int64, ordered bool) ([]Row, time.Time, error) {
+// the table is left out), appended to dst. Ordered, each row's Blocked
+// says whether an earlier message of its aggregate is parked.
+func (s *Store) FetchRows(ctx context.Context, db DB, ids []int64, ordered bool, dst []Row) ([]Row, time.Time, error) {
 	rows, err := db.Query(ctx, s.cursor.fetch, ids, ordered)
 	if err != nil {
-		return nil, time.Time{}, translate(err)
+		return dst, time.Time{}, translate(err)
 	}
-	return scanCursorRows(rows, len(ids))
+	return scanCursorRows(rows, dst)
 }
 
 // Parked is a read of parked messages: the rows, the database's time, and
@@ -164,23 +164,29 @@ func (s *Store) ReadParked(ctx context.Context, db DB, owner string, leases []Sh
 		return Parked{}, translate(err)
 	}
 	var p Parked
-	p.Rows, p.Now, err = scanCursorRows(rows, 0, &p.Origin)
+	p.Rows, p.Now, err = scanCursorRows(rows, nil, &p.Origin)
 	return p, err
 }
 
 // scanCursorRows scans the rows of a fetch or a parked read; n is how
 // many are expected, if known; extra are the destinations of the columns
 // after the common ones.
-func scanCursorRows(rows pgx.Rows, n int, extra ...any) ([]Row, time.Time, error) {
+func scanCursorRows(rows pgx.Rows, out []Row, extra ...any) ([]Row, time.Time, error) {
 	defer rows.Close()
-	out := make([]Row, 0, n)
-	var now time.Time
+	var (
+		now          time.Time
+		headers, uid *string
+	)
+	// One destination list for every row, pointed at each new row in turn:
+	// a list built per row cost an allocation per message.
+	dest := make([]any, 12, 12+len(extra))
+	dest = append(dest, extra...)
 	for rows.Next() {
 		out = append(out, Row{})
 		r := &out[len(out)-1]
-		var headers, uid *string
-		if err := rows.Scan(append([]any{&r.ID, &r.AggregateType, &r.AggregateID, &r.EventType, &r.Payload,
-			&r.CreatedAt, &r.Attempts, &headers, &uid, &r.Shard, &now, &r.Blocked}, extra...)...); err != nil {
+		dest[0], dest[1], dest[2], dest[3], dest[4], dest[5] = &r.ID, &r.AggregateType, &r.AggregateID, &r.EventType, &r.Payload, &r.CreatedAt
+		dest[6], dest[7], dest[8], dest[9], dest[10], dest[11] = &r.Attempts, &headers, &uid, &r.Shard, &now, &r.Blocked
+		if err := rows.Scan(dest...); err != nil {
 			return nil, time.Time{}, translate(err)
 		}
 		r.Attempts++

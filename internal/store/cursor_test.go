@@ -236,7 +236,7 @@ func TestCursorParked(t *testing.T) {
 	require.Equal(t, []int64{ids[0]}, idsOf(read(true)), "ordered: the aggregate's first only")
 	require.Equal(t, []int64{ids[1]}, idsOf(read(false, ids[0])), "in flight: left out")
 
-	rows, _, err := b.st.FetchRows(t.Context(), b.pool, []int64{ids[1], ids[0]}, true)
+	rows, _, err := b.st.FetchRows(t.Context(), b.pool, []int64{ids[1], ids[0]}, true, nil)
 	require.NoError(t, err)
 	require.Equal(t, []int64{ids[1], ids[0]}, idsOf(rows), "fetched in the order asked")
 	require.True(t, rows[0].Blocked, "an earlier message of its aggregate is parked")
