@@ -439,11 +439,18 @@ func (c *cursorLeases) readWindows(ctx context.Context, room int, isolated, take
 		return nil, time.Time{}, err
 	}
 	out := rows[:0]
-	fetched := make(map[int64]bool, len(rows))
+	// The ids are distinct: a fetch that returned as many rows as ids
+	// missed none, and needs no set of those it found.
+	var fetched map[int64]bool
+	if len(rows) < len(ids) {
+		fetched = make(map[int64]bool, len(rows))
+	}
 	kicked := false
 	for i := range rows {
 		r := &rows[i]
-		fetched[r.ID] = true
+		if fetched != nil {
+			fetched[r.ID] = true
+		}
 		b := c.batchOf[r.ID]
 		b.fetched(r)
 		if r.Blocked {
@@ -454,7 +461,7 @@ func (c *cursorLeases) readWindows(ctx context.Context, room int, isolated, take
 		out = append(out, *r)
 	}
 	for _, id := range ids {
-		if !fetched[id] {
+		if fetched != nil && !fetched[id] {
 			// Gone from the table since the load: nothing to deliver.
 			b := c.batchOf[id]
 			b.gone(id)
@@ -754,11 +761,14 @@ func (c *cursorLeases) Settled(writes []store.RowWrite) {
 			// Forgotten unwritten: held back, parked with its batch.
 			c.drop(b, store.RowWrite{ID: w.ID})
 		}
+		if !c.cfg.Ordered {
+			continue
+		}
 		agg, inFlight := c.flight.aggs[w.ID]
 		if !inFlight {
 			continue
 		}
-		if c.cfg.Ordered && w.Status != "" && w.Status != store.StatusDone {
+		if w.Status != "" && w.Status != store.StatusDone {
 			c.undelivered = append(c.undelivered, settledAt{agg: agg, read: c.reads})
 		}
 		if c.lastOf[agg].id == w.ID {

@@ -195,7 +195,9 @@ func (f *flight) settle(writes []store.RowWrite) {
 			delete(f.ids, w.ID)
 			delete(f.aggs, w.ID)
 		}
-		delete(f.hung, w.ID)
+		if len(f.hung) > 0 {
+			delete(f.hung, w.ID)
+		}
 	}
 }
 
