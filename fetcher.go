@@ -34,6 +34,9 @@ type claimed struct {
 	agg     string
 	chain   *chain
 	dropped bool
+	// entry is the lease's entry in the registry (set as the row is
+	// registered, before it goes to a worker).
+	entry *lease.Entry
 }
 
 func (c *claimed) lease() store.Lease { return store.Lease{ID: c.msg.ID, Version: c.msg.FencingToken} }
@@ -211,7 +214,10 @@ func (f *fetcher) emit(rows []store.Row, start, dbNow time.Time) {
 		}
 		leases[i] = claims[i].lease()
 	}
-	f.leases.Add(leases, f.mode.Deadline(start))
+	entries := f.leases.Add(leases, f.mode.Deadline(start))
+	for i := range claims {
+		claims[i].entry = &entries[i]
+	}
 	for i := range claims {
 		if f.chains == nil || f.chains.start(&claims[i]) {
 			f.out <- &claims[i]

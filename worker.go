@@ -82,7 +82,7 @@ func (w *worker) process(ctx context.Context, c *claimed) verdict {
 	if w.breaker.paused() {
 		return release(c, "released unpublished: sink unavailable")
 	}
-	remaining := w.leases.UntilDeadline(c.lease())
+	remaining := w.leases.Remaining(c.entry)
 	if remaining < w.cfg.startWindow {
 		// Waited in its batch until too little of its lease is left for a
 		// useful publish: the lease cap is not the message's fault, so
@@ -120,12 +120,12 @@ func (w *worker) process(ctx context.Context, c *claimed) verdict {
 // returns the publish's (ended) context, its duration and its error.
 func (w *worker) publishTimed(ctx context.Context, c *claimed, timeout time.Duration) (context.Context, time.Duration, error) {
 	pctx := newPublishCtx(ctx, timeout)
-	w.leases.Begin(c.lease(), pctx.cancel)
+	w.leases.Begin(c.entry, pctx.cancel)
 	endSection := failpoint.During("mid-publish")
 	err := w.publish(pctx, &c.msg)
 	endSection()
 	failpoint.Hit("after-publish")
-	took := w.leases.End(c.lease())
+	took := w.leases.End(c.entry)
 	pctx.end()
 	if err != nil && pctx.timedOut() && !errors.Is(err, context.DeadlineExceeded) && errors.Is(err, context.Canceled) {
 		err = deadlineError{err}

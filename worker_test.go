@@ -32,7 +32,7 @@ func newTestWorker(cfg *Config, renewEvery time.Duration, publish func(context.C
 func claimOf(id int64, leases *lease.Registry, trusted time.Duration) *claimed {
 	born := time.Date(2026, 3, 1, 0, 0, 0, int(id), time.UTC)
 	c := &claimed{msg: Message{ID: id, FencingToken: 7, CreatedAt: born}, dbNow: time.Now(), claimedAt: time.Now(), born: born}
-	leases.Add([]store.Lease{c.lease()}, time.Now().Add(trusted))
+	c.entry = &leases.Add([]store.Lease{c.lease()}, time.Now().Add(trusted))[0]
 	return c
 }
 

@@ -117,7 +117,7 @@ func (c *cursorLeases) parkHung(hung []store.Lease) {
 			continue
 		}
 		w := store.RowWrite{ID: l.ID, LeaseVersion: l.Version, Status: store.StatusPending, Delay: c.cfg.PublishTimeout, Error: hungError}
-		if e := b.rows[l.ID]; e != nil && e.failed+1 >= c.cfg.MaxAttempts {
+		if e := b.entry(l.ID); e != nil && e.failed+1 >= c.cfg.MaxAttempts {
 			w.Status, w.Delay, w.Error = store.StatusDead, 0, "retries exhausted: "+hungError
 		}
 		if ok, _ := c.record(b, w); ok && b.complete() {

@@ -158,7 +158,7 @@ func (c *cursorLeases) charge(rows []store.Row) []store.Row {
 		}
 		delete(c.crashes, r.ID)
 		b := c.batchOf[r.ID]
-		e := b.rows[r.ID] // every row read is in its batch
+		e := b.entry(r.ID) // every row read is in its batch
 		failed := r.Attempts - 1
 		if failed+n < c.cfg.MaxAttempts {
 			r.Attempts += n

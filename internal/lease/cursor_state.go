@@ -1,6 +1,8 @@
 package lease
 
 import (
+	"slices"
+
 	"github.com/outboxd/outbox/internal/store"
 )
 
@@ -47,9 +49,14 @@ type batch struct {
 	origin string
 	last   int64
 	close  bool
-	// rows are the batch's messages; open counts those not yet settled.
-	rows map[int64]*entry
-	open int
+	// The batch's messages: a window batch's ids, ascending, and their
+	// entries at the same index (a search, not a map, finds them: a map
+	// cost three hashed lookups per message); a batch of parked messages
+	// keeps them in rows. open counts those not yet settled.
+	ids     []int64
+	entries []entry
+	rows    map[int64]*entry
+	open    int
 	// parks are the writes the advance makes; writes the verdicts it
 	// decides.
 	parks  []store.Park
@@ -83,10 +90,21 @@ func (b *batch) add(r *store.Row, parked bool) {
 	b.open++
 }
 
+// entry is message id's entry, nil when it is not the batch's.
+func (b *batch) entry(id int64) *entry {
+	if b.ids == nil {
+		return b.rows[id]
+	}
+	if i, ok := slices.BinarySearch(b.ids, id); ok {
+		return &b.entries[i]
+	}
+	return nil
+}
+
 // fetched fills in the entry of a message taken by id, once its row is
 // read.
 func (b *batch) fetched(r *store.Row) {
-	if e := b.rows[r.ID]; e != nil {
+	if e := b.entry(r.ID); e != nil {
 		e.agg, e.failed = r.AggregateID, r.Attempts-1
 	}
 }
@@ -94,7 +112,7 @@ func (b *batch) fetched(r *store.Row) {
 // gone settles a message that has nothing to write: its row vanished from
 // the table before it was fetched, or it was never handed out.
 func (b *batch) gone(id int64) {
-	if e := b.rows[id]; e != nil && !e.settled {
+	if e := b.entry(id); e != nil && !e.settled {
 		e.settled = true
 		b.open--
 	}
@@ -109,8 +127,8 @@ func (b *batch) complete() bool { return b.open == 0 }
 // behind an earlier one of its aggregate: its attempt is refunded). It
 // reports false when the message is not the batch's or was settled before.
 func (b *batch) settle(id int64, w store.RowWrite) bool {
-	e, ok := b.rows[id]
-	if !ok || e.settled {
+	e := b.entry(id)
+	if e == nil || e.settled {
 		return false
 	}
 	e.settled = true
@@ -156,12 +174,16 @@ func (w *window) take(l store.ShardLease, n int) (*batch, []int64) {
 	w.ids = w.ids[n:]
 	b := newBatch(l, w.hi)
 	b.done, b.origin = w.done, w.origin
-	b.rows = make(map[int64]*entry, len(ids))
-	b.writes = make([]store.RowWrite, 0, len(ids))
-	entries := make([]entry, len(ids))
-	for i, id := range ids {
-		b.rows[id] = &entries[i]
+	b.entries = make([]entry, len(ids))
+	if slices.IsSorted(ids) { // as a load returns them
+		b.ids = ids
+	} else {
+		b.rows = make(map[int64]*entry, len(ids))
+		for i, id := range ids {
+			b.rows[id] = &b.entries[i]
+		}
 	}
+	b.writes = make([]store.RowWrite, 0, len(ids))
 	b.open = len(ids)
 	b.last = ids[len(ids)-1]
 	w.after = b.last

@@ -24,7 +24,14 @@ type Registry struct {
 	m  map[store.Lease]*leaseState
 }
 
+// Entry is one registered lease, as Add returns it: the worker that
+// publishes its row reads and marks it through the entry, with no lookup.
+// An entry forgotten reads as a lease not registered.
+type Entry = leaseState
+
 type leaseState struct {
+	// gone is set once the lease is forgotten.
+	gone bool
 	// deadline is when this dispatcher stops trusting the lease: the lease
 	// measured from before the claim (or the heartbeat that last extended
 	// it) was sent, less a tenth for safety, so local timing can only err
@@ -55,13 +62,17 @@ func NewRegistry(clock Clock) *Registry {
 	return &Registry{Clock: clock, m: map[store.Lease]*leaseState{}}
 }
 
-// Add registers freshly claimed leases, all trusted until deadline.
-func (r *Registry) Add(leases []store.Lease, deadline time.Time) {
+// Add registers freshly claimed leases, all trusted until deadline, and
+// returns their entries, in the same order.
+func (r *Registry) Add(leases []store.Lease, deadline time.Time) []Entry {
+	states := make([]leaseState, len(leases)) // one allocation per claim
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, l := range leases {
-		r.m[l] = &leaseState{deadline: deadline}
+	for i, l := range leases {
+		states[i].deadline = deadline
+		r.m[l] = &states[i]
 	}
+	return states
 }
 
 // IDs returns the ids of the rows registered.
@@ -80,7 +91,10 @@ func (r *Registry) Forget(leases []store.Lease) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, l := range leases {
-		delete(r.m, l)
+		if s, ok := r.m[l]; ok {
+			s.gone = true
+			delete(r.m, l)
+		}
 	}
 }
 
@@ -138,25 +152,35 @@ func (r *Registry) Overdue() []store.Lease {
 	return out
 }
 
-// Begin records that l's publish starts now; cancel ends it.
-func (r *Registry) Begin(l store.Lease, cancel context.CancelCauseFunc) {
+// Remaining is how long e's lease is still trusted (zero or less: no
+// longer, or forgotten).
+func (r *Registry) Remaining(e *Entry) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if s, ok := r.m[l]; ok {
-		s.phase, s.started, s.cancel, s.cancelled = phasePublishing, r.Clock.Now(), cancel, false
+	if e.gone {
+		return 0
+	}
+	return e.deadline.Sub(r.Clock.Now())
+}
+
+// Begin records that e's publish starts now; cancel ends it.
+func (r *Registry) Begin(e *Entry, cancel context.CancelCauseFunc) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !e.gone {
+		e.phase, e.started, e.cancel, e.cancelled = phasePublishing, r.Clock.Now(), cancel, false
 	}
 }
 
-// End records that l's publish returned, and how long it took.
-func (r *Registry) End(l store.Lease) time.Duration {
+// End records that e's publish returned, and how long it took.
+func (r *Registry) End(e *Entry) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s, ok := r.m[l]
-	if !ok {
+	if e.gone {
 		return 0
 	}
-	s.phase, s.cancel = phasePublished, nil
-	return r.Clock.Now().Sub(s.started)
+	e.phase, e.cancel = phasePublished, nil
+	return r.Clock.Now().Sub(e.started)
 }
 
 // Extend moves l's deadline to deadline.

@@ -18,16 +18,18 @@ func TestUnitRegistry(t *testing.T) {
 	clk := newFakeClock()
 	r := NewRegistry(clk.now)
 	a, b, c := store.Lease{ID: 1, Version: 1}, store.Lease{ID: 2, Version: 1}, store.Lease{ID: 3, Version: 1}
-	r.Add([]store.Lease{a, b, c}, clk.now().Add(10*time.Second))
+	entries := r.Add([]store.Lease{a, b, c}, clk.now().Add(10*time.Second))
+	ea, eb := &entries[0], &entries[1]
 	require.ElementsMatch(t, []int64{1, 2, 3}, r.IDs())
 	require.Equal(t, 10*time.Second, r.UntilDeadline(a))
 	require.Zero(t, r.UntilDeadline(store.Lease{ID: 9}), "an unknown lease is not trusted")
 
 	var cancelled error
-	r.Begin(a, func(err error) { cancelled = err })
-	r.Begin(b, func(error) {})
+	require.Equal(t, 10*time.Second, r.Remaining(ea), "an entry reads its own lease")
+	r.Begin(ea, func(err error) { cancelled = err })
+	r.Begin(eb, func(error) {})
 	clk.advance(2 * time.Second)
-	require.Equal(t, 2*time.Second, r.End(b), "a publish's duration")
+	require.Equal(t, 2*time.Second, r.End(eb), "a publish's duration")
 	require.True(t, r.Publishing(a))
 	require.False(t, r.Publishing(b))
 
@@ -53,5 +55,11 @@ func TestUnitRegistry(t *testing.T) {
 	r.Forget([]store.Lease{a, b, c})
 	require.Empty(t, r.IDs())
 	require.Zero(t, r.UntilDeadline(a))
+	// An entry forgotten reads as a lease not registered: no time left,
+	// and a publish begun through it is not recorded.
+	require.Zero(t, r.Remaining(eb))
+	r.Begin(eb, func(error) {})
+	require.False(t, r.Publishing(b))
+	require.Zero(t, r.End(eb))
 	require.True(t, r.LastDeadline([]store.Lease{a, b, c}).IsZero())
 }

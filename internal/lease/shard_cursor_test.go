@@ -15,7 +15,7 @@ import (
 // prefix at a time.
 func TestCursorSweeps(t *testing.T) {
 	cs := cursors{}
-	f := newFlight()
+	f := newFlight(true)
 	at := time.Unix(0, 0)
 	tokens := map[int]int64{0: 7}
 	after, exclude := cs.plan([]int{0}, tokens, &f, nil, at, time.Second, true, false)
@@ -74,7 +74,7 @@ func TestWaiting(t *testing.T) {
 // yet, and a sweep from the front would return them again.
 func TestCursorSecondReadOfAClaim(t *testing.T) {
 	cs := cursors{}
-	f := newFlight()
+	f := newFlight(true)
 	at := time.Unix(0, 0)
 	tokens := map[int]int64{0: 7}
 	cs.plan([]int{0}, tokens, &f, nil, at, time.Second, true, false)

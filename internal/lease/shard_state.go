@@ -146,20 +146,29 @@ func (m *membership) isolatedWritten(written []int, ended map[int]bool) {
 // is given up (released, its ids forgotten) once nothing else of it is.
 type flight struct {
 	ids  map[int64]store.ShardLease // id → its shard and the token it was read under
-	aggs map[int64]string           // id → its aggregate
+	aggs map[int64]string           // id → its aggregate (ordered only)
 	// hung are the ids whose publish hung past its timeout; abandoned
 	// their shards, read no more until given up.
 	hung      map[int64]bool
 	abandoned map[int]bool
 }
 
-func newFlight() flight {
-	return flight{ids: map[int64]store.ShardLease{}, aggs: map[int64]string{}, hung: map[int64]bool{}, abandoned: map[int]bool{}}
+// newFlight returns an empty flight; ordered, it keeps each message's
+// aggregate (only ordered reads ask for it).
+func newFlight(ordered bool) flight {
+	f := flight{ids: map[int64]store.ShardLease{}, hung: map[int64]bool{}, abandoned: map[int]bool{}}
+	if ordered {
+		f.aggs = map[int64]string{}
+	}
+	return f
 }
 
 // add records a message read under l, of aggregate agg.
 func (f *flight) add(id int64, l store.ShardLease, agg string) {
-	f.ids[id], f.aggs[id] = l, agg
+	f.ids[id] = l
+	if f.aggs != nil {
+		f.aggs[id] = agg
+	}
 }
 
 // busy is the set of shards with a message in flight.

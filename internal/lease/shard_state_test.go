@@ -40,7 +40,7 @@ func TestUnitReadPlan(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, f := heldOf(tt.held...), newFlight()
+			m, f := heldOf(tt.held...), newFlight(true)
 			for s, id := range tt.isolated {
 				m.isolated[s] = id
 			}
@@ -117,7 +117,7 @@ func TestUnitMembershipRenewAndTake(t *testing.T) {
 // publish does not forget the same id read again under a new token.
 func TestUnitFlightHungAndSettle(t *testing.T) {
 	t.Parallel()
-	f := newFlight()
+	f := newFlight(true)
 	f.ids[1] = store.ShardLease{Shard: 4, Token: 7}
 	f.ids[2] = store.ShardLease{Shard: 4, Token: 7}
 	f.ids[3] = store.ShardLease{Shard: 5, Token: 8}
@@ -183,7 +183,7 @@ func TestUnitShardRenewalDue(t *testing.T) {
 func TestUnitLook(t *testing.T) {
 	t.Parallel()
 	busyOn := func(shards ...int) flight {
-		f := newFlight()
+		f := newFlight(true)
 		for i, s := range shards {
 			f.ids[int64(i+1)] = store.ShardLease{Shard: s}
 		}
@@ -222,7 +222,7 @@ func TestUnitLook(t *testing.T) {
 // hung message again under the token its hung publish holds.
 func TestUnitGiveUpHung(t *testing.T) {
 	t.Parallel()
-	m, f := heldOf(1, 2), newFlight()
+	m, f := heldOf(1, 2), newFlight(true)
 	f.ids[10] = store.ShardLease{Shard: 1, Token: 11}
 	f.ids[20] = store.ShardLease{Shard: 2, Token: 12}
 	f.markHung([]store.Lease{{ID: 10, Version: 11}})

@@ -59,7 +59,7 @@ type shardLeases struct {
 func newShardLeases(st *store.Store, pool *pgxpool.Pool, cfg Config, cb Callbacks, log *slog.Logger, count int, leases *Registry) *shardLeases {
 	s := &shardLeases{
 		store: st, pool: pool, cfg: cfg, cb: cb, log: log, count: count, leases: leases,
-		members: newMembership(), flight: newFlight(), cursors: cursors{}, waiting: waiting{},
+		members: newMembership(), flight: newFlight(cfg.Ordered), cursors: cursors{}, waiting: waiting{},
 	}
 	s.takeover = s.takeShard
 	return s
