@@ -138,7 +138,7 @@ func (c *cursorLeases) record(b *batch, w store.RowWrite) (bool, []Decision) {
 	if !b.settle(w.ID, w) {
 		return false, nil
 	}
-	b.writes = append(b.writes, w)
+	b.writes = append(b.writes, w.ID)
 	switch {
 	case b.dead:
 		return true, c.decideAll(b, false)
@@ -715,10 +715,10 @@ func (c *cursorLeases) parkDue(at time.Time) {
 func (c *cursorLeases) decideAll(b *batch, held bool) []Decision {
 	c.toBury = append(c.toBury, c.buried(b, held)...)
 	out := make([]Decision, len(b.writes))
-	for i, w := range b.writes {
-		out[i] = Decision{ID: w.ID, Token: w.LeaseVersion, Held: held}
-		if c.batchOf[w.ID] == b {
-			delete(c.batchOf, w.ID)
+	for i, id := range b.writes {
+		out[i] = Decision{ID: id, Token: b.lease.Token, Held: held}
+		if c.batchOf[id] == b {
+			delete(c.batchOf, id)
 		}
 	}
 	b.writes = nil

@@ -57,10 +57,11 @@ type batch struct {
 	entries []entry
 	rows    map[int64]*entry
 	open    int
-	// parks are the writes the advance makes; writes the verdicts it
-	// decides.
+	// parks are the writes the advance makes; writes the ids of the
+	// verdicts it decides (each under the batch's token: Decide records
+	// only those).
 	parks  []store.Park
-	writes []store.RowWrite
+	writes []int64
 	// dead: the shard's window was dropped (the shard lost, or its
 	// advance given up); its writes are decided unheld without a
 	// statement.
@@ -183,7 +184,7 @@ func (w *window) take(l store.ShardLease, n int) (*batch, []int64) {
 			b.rows[id] = &b.entries[i]
 		}
 	}
-	b.writes = make([]store.RowWrite, 0, len(ids))
+	b.writes = make([]int64, 0, len(ids))
 	b.open = len(ids)
 	b.last = ids[len(ids)-1]
 	w.after = b.last
