@@ -77,6 +77,7 @@ func TestCLI(t *testing.T) {
 		{"BenchLatency", testBenchLatency},
 		{"ShardLeases", testShardLeases},
 		{"SnapshotCursors", testSnapshotCursors},
+		{"Pipelines", testPipelines},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -35,6 +35,9 @@ type configFile struct {
 	// lines are the line of each key in the file, for errors.
 	lines  map[string]int
 	routes []routeSpec
+	// pipelines are the file's pipelines: list (none: one table, run's
+	// --table).
+	pipelines []pipelineSpec
 }
 
 // routeSpec is one routes: entry (or --route flag).
@@ -78,6 +81,14 @@ func loadConfigFile(path string, known func(string) bool) (*configFile, error) {
 	cf := &configFile{path: path, values: map[string]string{}, lines: lines}
 	for _, k := range slices.Sorted(maps.Keys(raw)) {
 		v := raw[k]
+		if k == "pipelines" {
+			pipes, err := parsePipelines(topNode(&doc, k), known)
+			if err != nil {
+				return nil, usagef("--config %s: %v", path, err)
+			}
+			cf.pipelines = pipes
+			continue
+		}
 		if k == "routes" {
 			routes, err := parseRoutes(v, routeLines)
 			if err != nil {
@@ -118,6 +129,18 @@ func keyLines(doc *yaml.Node) (keys map[string]int, routes []int) {
 		}
 	}
 	return keys, routes
+}
+
+// topNode is the value of a top-level key of a YAML document (the key
+// is known to be there).
+func topNode(doc *yaml.Node, key string) *yaml.Node {
+	m := doc.Content[0].Content
+	for i := 0; i+1 < len(m); i += 2 {
+		if m[i].Value == key {
+			return m[i+1]
+		}
+	}
+	return nil
 }
 
 // parseRoutes reads a routes: list; lines, when known, are each entry's

@@ -30,6 +30,9 @@ func runConfig(ctx context.Context, e *env, args []string) error {
 	if _, err := s.lf.logger(e.stderr); err != nil {
 		return err
 	}
+	if len(s.pipelines) > 0 {
+		return checkPipelineConfig(ctx, e, s, args[1:], *connect)
+	}
 	cfg, err := s.rf.config(s.db.table, nil)
 	if err != nil {
 		return err
@@ -74,11 +77,12 @@ func (s *runSetup) checkSinks() error {
 
 // printSettings writes each setting, its effective value (secrets masked)
 // and where the value came from.
-func (s *runSetup) printSettings(e *env, effective *outbox.Config) error {
+// With show, only the settings it accepts.
+func (s *runSetup) printSettings(e *env, effective *outbox.Config, show ...func(name string) bool) error {
 	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "SETTING\tVALUE\tFROM")
 	s.fs.VisitAll(func(f *flag.Flag) {
-		if f.Name == "config" || f.Name == "route" || f.Name == connectFlag {
+		if f.Name == "config" || f.Name == "route" || f.Name == connectFlag || len(show) > 0 && !show[0](f.Name) {
 			return
 		}
 		value := maskSecret(f.Name, f.Value.String())
@@ -88,7 +92,7 @@ func (s *runSetup) printSettings(e *env, effective *outbox.Config) error {
 		if f.Name == "dsn" && value == "" {
 			value = "(libpq environment)"
 		}
-		if f.Name == "publish-timeout" && s.sources[f.Name] == fromDefault {
+		if f.Name == "publish-timeout" && s.sources[f.Name] == fromDefault && effective != nil {
 			value = effective.PublishTimeout.String() // derived from the lease
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\n", f.Name, value, s.sources[f.Name])

@@ -36,6 +36,10 @@ type runSetup struct {
 	fileRoutes   []routeSpec
 	fs           *flag.FlagSet
 	sources      map[string]source
+	// pipelines are the file's (none: the one table of --table), and
+	// discoverEvery how often their patterns are matched again.
+	pipelines     []pipelineSpec
+	discoverEvery time.Duration
 }
 
 func newRunSetup(e *env, name, synopsis string) *runSetup {
@@ -49,6 +53,7 @@ func newRunSetup(e *env, name, synopsis string) *runSetup {
 	s.fs.StringVar(&s.consoleAddr, "console-addr", "", "serve the web console and its API on this address (e.g. 127.0.0.1:8080)")
 	s.fs.BoolVar(&s.consoleWrite, "console-write", false, "allow the console's actions that change rows (dead retry/skip, replay)")
 	durVar(s.fs, &s.retention, "retention", 0, "purge done rows older than this in the background (e.g. 7d); 0 = keep them")
+	durVar(s.fs, &s.discoverEvery, "discover-interval", 30*time.Second, "with pipelines in the config file: match the tables of their patterns again this often (0 = only at the start)")
 	quietVar(s.fs, &s.routes, "route", "route FILTER[,FILTER]=URL, e.g. event_type=Order*=http://orders/hook (repeatable; replaces the file's routes)")
 	return s
 }
@@ -74,6 +79,7 @@ func (s *runSetup) parse(e *env, args []string) error {
 		}
 		file = f
 		s.fileRoutes = f.routes
+		s.pipelines = f.pipelines
 	}
 	sources, err := applyLayers(s.fs, file, e.getenv)
 	if err != nil {
@@ -162,6 +168,9 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	s := newRunSetup(e, "run", "run [--sink URL] [--route FILTER=URL]... [--config FILE] [--workers N] [--batch N] [--lease DUR] [--ordered] [--drain] ...")
 	if err := s.parse(e, args); err != nil {
 		return err
+	}
+	if len(s.pipelines) > 0 {
+		return runPipelines(ctx, e, s, args)
 	}
 	logger, err := s.lf.logger(e.stderr)
 	if err != nil {

@@ -1,0 +1,422 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/internal/service"
+)
+
+// fromPipeline is the source of a setting a pipeline gives itself.
+const fromPipeline source = "pipeline"
+
+// pipelineRetry is how long a pipeline that failed waits before it starts
+// again; the others go on meanwhile.
+const pipelineRetry = 30 * time.Second
+
+// pipelineSetup is the setup of one pipeline: run's flags, variables and
+// the file's top level, then the pipeline's own keys over them, and its
+// table.
+func (s *runSetup) pipelineSetup(e *env, args []string, p *pipelineSpec, table string) (*runSetup, error) {
+	ps := newRunSetup(e, "run", "")
+	if s.fs.Lookup(connectFlag) != nil {
+		ps.fs.Bool(connectFlag, false, "") // config check's, parsed again here
+	}
+	if err := ps.parse(e, args); err != nil {
+		return nil, err
+	}
+	for _, k := range slices.Sorted(maps.Keys(p.values)) {
+		if err := setFlag(ps.fs, k, p.values[k]); err != nil {
+			return nil, usagef("--config %s: line %d: pipeline %q: %s: %v", s.db.config, p.lines[k], p.name, k, err)
+		}
+		ps.sources[k] = fromPipeline
+	}
+	if p.hasRoutes {
+		ps.routes, ps.fileRoutes = nil, p.routes
+	}
+	ps.db.table, ps.pipelines = table, nil
+	ps.rf.idNamespace = pipelineNamespace(p, ps.rf.idNamespace, table)
+	if _, err := outbox.NewAdmin(nil, table); err != nil {
+		return nil, usagef("--config %s: line %d: pipeline %q: table: %v", s.db.config, p.lines["table"], p.name, err)
+	}
+	if _, err := ps.rf.config(table, nil); err != nil {
+		return nil, fmt.Errorf("pipeline %q: %w", p.name, err)
+	}
+	if err := ps.checkSinks(); err != nil {
+		return nil, fmt.Errorf("pipeline %q: %w", p.name, err)
+	}
+	if _, err := ps.db.poolConfig(e); err != nil {
+		return nil, fmt.Errorf("pipeline %q: %w", p.name, err)
+	}
+	return ps, nil
+}
+
+// pipelineNamespace is the id namespace of a table relayed under p
+// (--id-namespace): tables of several pipelines may feed one receiver,
+// which dedupes on the id, and their ids overlap, so each pipeline's ids
+// are qualified, by default with its name; a pattern's tables each with
+// the namespace and their own SCHEMA.NAME (tenants.tenant_a.outbox:42).
+func pipelineNamespace(p *pipelineSpec, ns, table string) string {
+	if ns == "" {
+		ns = p.name
+	}
+	if isPattern(p.table) {
+		return ns + "." + table
+	}
+	return ns
+}
+
+// checkPipelines refuses what a file with pipelines cannot mean.
+func (s *runSetup) checkPipelines() error {
+	if s.sources["table"] != fromDefault {
+		return usagef("--config %s has pipelines: name each table in its pipeline, not with --table", s.db.config)
+	}
+	for _, f := range []string{"metrics-addr", "console-addr"} {
+		if s.sources[f] != fromDefault && s.fs.Lookup(f).Value.String() != "" {
+			return usagef("--%s is not served for pipelines yet: run one outboxd per table to have it", f)
+		}
+	}
+	return nil
+}
+
+// pipelineRun is one table relayed under a pipeline.
+type pipelineRun struct {
+	name  string // the pipeline's, and for a pattern's match its table: tenants/tenant_a.outbox
+	table string
+	setup *runSetup
+	stop  context.CancelFunc
+	done  chan struct{}
+	err   error
+}
+
+// daemon runs every pipeline of the file: one pool per database, each
+// table relayed by its own dispatcher, patterns matched again every
+// --discover-interval (new tables start, vanished ones stop).
+type daemon struct {
+	e      *env
+	s      *runSetup
+	args   []string
+	logger *slog.Logger
+	specs  []pipelineSpec
+
+	dsns  []string                 // each pipeline's database
+	pools map[string]*pgxpool.Pool // by DSN
+	mu    sync.Mutex
+	runs  map[string]*pipelineRun // by table
+	wg    sync.WaitGroup
+}
+
+func runPipelines(ctx context.Context, e *env, s *runSetup, args []string) error {
+	if err := s.checkPipelines(); err != nil {
+		return err
+	}
+	logger, err := s.lf.logger(e.stderr)
+	if err != nil {
+		return err
+	}
+	d := &daemon{e: e, s: s, args: args, logger: logger, specs: s.pipelines, pools: map[string]*pgxpool.Pool{}, runs: map[string]*pipelineRun{}}
+	// Every pipeline's settings are checked before anything starts.
+	d.dsns = make([]string, len(d.specs))
+	perDB := map[string]int{}
+	for i := range d.specs {
+		ps, err := s.pipelineSetup(e, args, &d.specs[i], outbox.TableDefault)
+		if err != nil {
+			return err
+		}
+		d.dsns[i] = ps.db.resolveDSN(e)
+		perDB[d.dsns[i]]++
+	}
+	defer d.closePools()
+	for i := range d.specs {
+		if err := d.connect(ctx, i, perDB[d.dsns[i]]); err != nil {
+			return fmt.Errorf("pipeline %q: %w", d.specs[i].name, err)
+		}
+	}
+	d.discover(ctx)
+	if !s.drain {
+		// Discovery stops before the pipelines are waited for: none
+		// starts once the wait began.
+		stop := d.rediscover(ctx, s.discoverEvery)
+		<-ctx.Done()
+		stop()
+	}
+	return d.wait()
+}
+
+// connect opens the pool of pipeline i's database, once per database: the
+// tables relayed there share it for their statements (each dispatcher
+// LISTENs on a connection of its own). It has 8 connections and 2 more
+// per pipeline naming the database.
+func (d *daemon) connect(ctx context.Context, i, pipelines int) error {
+	dsn := d.dsns[i]
+	if d.pools[dsn] != nil {
+		return nil
+	}
+	ps, err := d.s.pipelineSetup(d.e, d.args, &d.specs[i], outbox.TableDefault)
+	if err != nil {
+		return err
+	}
+	pool, err := ps.db.connect(ctx, d.e, int32(8+2*pipelines))
+	if err != nil {
+		return err
+	}
+	d.pools[dsn] = pool
+	return nil
+}
+
+func (d *daemon) closePools() {
+	for _, p := range d.pools {
+		p.Close()
+	}
+}
+
+// discover matches every pipeline's table and starts the tables not yet
+// running; with running set to the tables matched, it stops those no
+// pattern matches any more. A table two pipelines name runs under the
+// first.
+func (d *daemon) discover(ctx context.Context) {
+	matched := map[string]bool{}
+	for i := range d.specs {
+		p := &d.specs[i]
+		pool := d.pools[d.dsns[i]]
+		tables := []string{p.table}
+		if isPattern(p.table) {
+			var err error
+			tables, err = outbox.MatchTables(ctx, pool, p.table)
+			if err != nil {
+				d.logger.Error("matching a pipeline's tables failed; trying again later", slog.String("pipeline", p.name), slog.Any("error", poolerHint(err)))
+				for key := range d.runningOf(p.name) {
+					matched[key] = true // kept until a match says otherwise
+				}
+				continue
+			}
+			if len(tables) == 0 {
+				d.logger.Warn("a pipeline's pattern matches no table yet", slog.String("pipeline", p.name), slog.String("table", p.table))
+			}
+		}
+		for _, t := range tables {
+			key := d.dsns[i] + "\x00" + t
+			if matched[key] {
+				continue
+			}
+			matched[key] = true
+			name := p.name
+			if isPattern(p.table) {
+				name = p.name + "/" + t
+			}
+			d.start(ctx, p, name, t, key, pool)
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for key, r := range d.runs {
+		if !matched[key] {
+			d.logger.Info("stopping a pipeline: its pattern no longer matches its table", slog.String("pipeline", r.name))
+			r.stop()
+			delete(d.runs, key)
+		}
+	}
+}
+
+// runningOf returns the running tables of the pipeline named (a pattern's
+// matches), by key.
+func (d *daemon) runningOf(pipeline string) map[string]*pipelineRun {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[string]*pipelineRun{}
+	for k, r := range d.runs {
+		if r.name == pipeline || len(r.name) > len(pipeline) && r.name[:len(pipeline)+1] == pipeline+"/" {
+			out[k] = r
+		}
+	}
+	return out
+}
+
+// start runs one table under p unless it runs already.
+func (d *daemon) start(ctx context.Context, p *pipelineSpec, name, table, key string, pool *pgxpool.Pool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.runs[key] != nil {
+		return
+	}
+	ps, err := d.s.pipelineSetup(d.e, d.args, p, table)
+	if err != nil {
+		d.logger.Error("a pipeline's table cannot be relayed", slog.String("pipeline", name), slog.Any("error", err))
+		return
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	r := &pipelineRun{name: name, table: table, setup: ps, stop: cancel, done: make(chan struct{})}
+	d.runs[key] = r
+	logger := d.logger.With(slog.String("pipeline", name))
+	logger.Info("starting a pipeline", slog.String("table", table))
+	d.wg.Go(func() {
+		defer close(r.done)
+		r.err = r.run(rctx, d.e, pool, logger, d.s.drain)
+	})
+}
+
+// run relays the table until ctx ends (or, draining, nothing is left). A
+// failure is logged and the table started again after pipelineRetry;
+// draining, it is returned.
+func (r *pipelineRun) run(ctx context.Context, e *env, pool *pgxpool.Pool, logger *slog.Logger, drain bool) error {
+	for {
+		err := r.once(ctx, e, pool, logger)
+		if err == nil || ctx.Err() != nil || drain {
+			if err != nil && drain {
+				logger.Error("pipeline failed", slog.Any("error", err))
+			}
+			return err
+		}
+		logger.Error("pipeline failed; the others go on, this one starts again", slog.Any("error", err), slog.Duration("retry_in", pipelineRetry))
+		if !service.Sleep(ctx, pipelineRetry) {
+			return nil
+		}
+	}
+}
+
+func (r *pipelineRun) once(ctx context.Context, e *env, pool *pgxpool.Pool, logger *slog.Logger) error {
+	s := r.setup
+	cfg, err := s.rf.config(s.db.table, logger)
+	if err != nil {
+		return err
+	}
+	sink, router, err := s.openSinks(e, logger, nil)
+	if err != nil {
+		return err
+	}
+	defer sink.Close()
+	if err := s.checkStart(ctx, pool, router, logger); err != nil {
+		return err
+	}
+	return s.relay(ctx, e, pool, sink, cfg, logger)
+}
+
+// rediscover matches the patterns again every interval until stopped.
+func (d *daemon) rediscover(ctx context.Context, every time.Duration) func() {
+	if every <= 0 || !slices.ContainsFunc(d.specs, func(p pipelineSpec) bool { return isPattern(p.table) }) {
+		return func() {}
+	}
+	var r service.Runner
+	_ = r.Start(ctx, func(ctx context.Context) error {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+				d.discover(ctx)
+			}
+		}
+	})
+	return func() { _ = r.Stop() }
+}
+
+// wait waits for every pipeline to end and returns what failed: an error
+// naming each pipeline that failed, else an ordered drain's "blocked"
+// (exit 3) if one ended so.
+func (d *daemon) wait() error {
+	d.wg.Wait()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var failed []string
+	var blocked error
+	for _, k := range slices.Sorted(maps.Keys(d.runs)) {
+		r := d.runs[k]
+		var ee *exitError
+		switch {
+		case r.err == nil:
+		case errors.As(r.err, &ee) && ee.code == ExitBlocked:
+			blocked = fmt.Errorf("pipeline %q: %w", r.name, r.err)
+		default:
+			failed = append(failed, fmt.Sprintf("%s: %v", r.name, r.err))
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d %s failed: %s", len(failed), plural(int64(len(failed)), "pipeline", "pipelines"), strings.Join(failed, "; "))
+	}
+	return blocked
+}
+
+// checkPipelineConfig is config check of a file with pipelines: one block
+// per pipeline (its table, every setting and where it came from, its
+// routes), and with --connect the checks of each table a pipeline names
+// (a pattern's matches listed first) and of its sinks.
+func checkPipelineConfig(ctx context.Context, e *env, s *runSetup, args []string, connect bool) error {
+	if err := s.checkPipelines(); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "config file: %s\n", s.db.config)
+	fmt.Fprintln(e.stdout, "\nprocess:")
+	if err := s.printSettings(e, nil, func(name string) bool { return processKeys[name] }); err != nil {
+		return err
+	}
+	setups := make([]*runSetup, len(s.pipelines))
+	for i := range s.pipelines {
+		p := &s.pipelines[i]
+		ps, err := s.pipelineSetup(e, args, p, outbox.TableDefault)
+		if err != nil {
+			return err
+		}
+		setups[i] = ps
+		cfg, _ := ps.rf.config(outbox.TableDefault, nil)
+		what := "table " + p.table
+		if isPattern(p.table) {
+			what += fmt.Sprintf(" (a pattern: matched at the start and every %s)", s.discoverEvery)
+		}
+		fmt.Fprintf(e.stdout, "\npipeline %s: %s\n", p.name, what)
+		if err := ps.printSettings(e, cfg.WithDefaults(), func(name string) bool { return !processKeys[name] && name != "table" }); err != nil {
+			return err
+		}
+		ps.printRoutes(e.stdout)
+	}
+	fmt.Fprintf(e.stdout, "\nconfiguration is valid (%d %s)\n", len(s.pipelines), plural(int64(len(s.pipelines)), "pipeline", "pipelines"))
+	if !connect {
+		return nil
+	}
+	var failed []string
+	for i := range s.pipelines {
+		p := &s.pipelines[i]
+		fmt.Fprintf(e.stdout, "\npipeline %s:\n", p.name)
+		tables := []string{p.table}
+		if isPattern(p.table) {
+			pool, err := setups[i].db.connect(ctx, e, 2)
+			if err != nil {
+				fmt.Fprintf(e.stdout, "  FAIL  database: reachable: %v\n", err)
+				failed = append(failed, p.name)
+				continue
+			}
+			tables, err = outbox.MatchTables(ctx, pool, p.table)
+			pool.Close()
+			if err != nil {
+				fmt.Fprintf(e.stdout, "  FAIL  table %s: matched: %v\n", p.table, poolerHint(err))
+				failed = append(failed, p.name)
+				continue
+			}
+			fmt.Fprintf(e.stdout, "  %s matches %d %s: %s\n", p.table, len(tables), plural(int64(len(tables)), "table", "tables"), strings.Join(tables, ", "))
+		}
+		for _, t := range tables {
+			ts, err := s.pipelineSetup(e, args, p, t)
+			if err != nil {
+				return err
+			}
+			if err := runConnectChecks(ctx, e, ts); err != nil {
+				failed = append(failed, p.name+" ("+t+")")
+			}
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("config check --connect: failed for %s", strings.Join(failed, ", "))
+	}
+	return nil
+}
