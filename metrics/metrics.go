@@ -9,7 +9,9 @@
 // any number of scrapers cost the database nothing.
 //
 // Every metric carries a "table" label; those about publishing also carry
-// "sink". The names are a contract shared with alert rules and dashboards:
+// "sink", and with Options.Pipeline every one carries "pipeline" (a daemon
+// relaying several tables, served by a [Group]). The names are a contract
+// shared with alert rules and dashboards:
 //
 //	outbox_messages{status}                       gauge: rows by status (done is an estimate)
 //	outbox_oldest_pending_age_seconds             gauge: age of the oldest pending or processing row
@@ -113,6 +115,11 @@ type Options struct {
 	// Table is the table label, the outbox table as configured ("name" or
 	// "schema.name"). Defaults to "outbox".
 	Table string
+
+	// Pipeline, when set, is a pipeline label on every series: the
+	// pipeline of a daemon relaying several tables (see [Group]). Metrics
+	// with and without it cannot share a registerer.
+	Pipeline string
 }
 
 // Metrics holds the collectors of one dispatcher and its table.
@@ -177,7 +184,7 @@ func New(opts *Options) *Metrics {
 		gatherer: o.Gatherer,
 		log:      o.Logger.With(slog.String("component", "metrics"), slog.String("table", o.Table)),
 	}
-	m.newCollectors(o.Table, o.Sink)
+	m.newCollectors(o.Table, o.Sink, o.Pipeline)
 	m.publishByOutcome = make(map[outbox.Outcome]prometheus.Counter, len(outcomes))
 	for _, oc := range outcomes {
 		m.publishByOutcome[oc] = m.publishes.WithLabelValues(string(oc))
@@ -185,14 +192,27 @@ func New(opts *Options) *Metrics {
 	for _, s := range statuses {
 		m.messages.WithLabelValues(s)
 	}
-	o.Registerer.MustRegister(
+	o.Registerer.MustRegister(m.collectors()...)
+	return m
+}
+
+// collectors are every collector of m.
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{
 		m.messages, m.oldestAge, m.expiredLeases, m.liveDispatchers, m.refreshErrors, m.refreshTimestamp,
 		m.publishes, m.publishDuration, m.deliveryLag,
 		m.claimBatch, m.claimDuration, m.claimErrors, m.claimsFailing, m.claimOutages,
 		m.finalizeDuration, m.finalizeErrors, m.fencedFinalizes,
 		m.heartbeats, m.heartbeatLost, m.hungPublishes, m.sinkPaused, m.sinkPauses, m.up,
-	)
-	return m
+	}
+}
+
+// Unregister removes m's series from r (the registerer New was given): a
+// pipeline that stops for good leaves no series behind.
+func (m *Metrics) Unregister(r prometheus.Registerer) {
+	for _, c := range m.collectors() {
+		r.Unregister(c)
+	}
 }
 
 // withDefaults is opts with every unset field at its default.
@@ -230,9 +250,12 @@ func withDefaults(opts *Options) Options {
 
 // newCollectors creates the collectors, labelled with the table and, for
 // what a publish measures, the sink.
-func (m *Metrics) newCollectors(tableName, sinkName string) {
+func (m *Metrics) newCollectors(tableName, sinkName, pipeline string) {
 	table := prometheus.Labels{"table": tableName}
 	sink := prometheus.Labels{"table": tableName, "sink": sinkName}
+	if pipeline != "" {
+		table["pipeline"], sink["pipeline"] = pipeline, pipeline
+	}
 	gauge := func(name, help string) prometheus.Gauge {
 		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: table})
 	}
@@ -499,14 +522,18 @@ func (m *Metrics) Ready() (bool, string) {
 // Handler serves /metrics (the Prometheus text format), /healthz (200 "ok"
 // while the process lives) and /readyz (200 "ok" when [Metrics.Ready], else
 // 503 and the reason).
-func (m *Metrics) Handler() http.Handler {
+func (m *Metrics) Handler() http.Handler { return handler(m.gatherer, m.Ready) }
+
+// handler serves the endpoints of Handler, gathered from g, ready as
+// ready says.
+func handler(g prometheus.Gatherer, ready func() (bool, string)) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.gatherer, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeText(w, http.StatusOK, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		ok, reason := m.Ready()
+		ok, reason := ready()
 		if !ok {
 			writeText(w, http.StatusServiceUnavailable, reason)
 			return
@@ -531,17 +558,22 @@ const shutdownTimeout = 5 * time.Second
 // and returns nil. It returns an error at once if addr cannot be bound, and
 // if the server fails while serving.
 func (m *Metrics) Serve(ctx context.Context, addr string) error {
+	return serve(ctx, addr, m.Handler(), m.log)
+}
+
+// serve serves h on addr as Serve does.
+func serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger) error {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics: cannot listen on %s: %w", addr, err)
 	}
 	srv := &http.Server{
-		Handler:           m.Handler(),
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(m.log.Handler(), slog.LevelWarn),
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	m.log.InfoContext(ctx, "metrics server listening", slog.String("addr", ln.Addr().String()))
+	log.InfoContext(ctx, "metrics server listening", slog.String("addr", ln.Addr().String()))
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
@@ -554,7 +586,7 @@ func (m *Metrics) Serve(ctx context.Context, addr string) error {
 	if err := srv.Shutdown(sctx); err != nil {
 		// Scrapes still running after the grace period are cut off: they
 		// only read memory, nothing is lost.
-		m.log.Warn("metrics server did not shut down gracefully; closing it", slog.Any("error", err))
+		log.Warn("metrics server did not shut down gracefully; closing it", slog.Any("error", err))
 		_ = srv.Close()
 	}
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {

@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outboxd/outbox"
 	"github.com/outboxd/outbox/internal/service"
+	"github.com/outboxd/outbox/metrics"
 )
 
 // fromPipeline is the source of a setting a pipeline gives itself.
@@ -44,7 +46,8 @@ func (s *runSetup) pipelineSetup(e *env, args []string, p *pipelineSpec, table s
 	if p.hasRoutes {
 		ps.routes, ps.fileRoutes = nil, p.routes
 	}
-	ps.db.table, ps.pipelines = table, nil
+	// The daemon serves the metrics of all; the console is not served.
+	ps.db.table, ps.pipelines, ps.metricsAddr, ps.consoleAddr = table, nil, "", ""
 	ps.rf.idNamespace = pipelineNamespace(p, ps.rf.idNamespace, table)
 	if _, err := outbox.NewAdmin(nil, table); err != nil {
 		return nil, usagef("--config %s: line %d: pipeline %q: table: %v", s.db.config, p.lines["table"], p.name, err)
@@ -81,10 +84,8 @@ func (s *runSetup) checkPipelines() error {
 	if s.sources["table"] != fromDefault {
 		return usagef("--config %s has pipelines: name each table in its pipeline, not with --table", s.db.config)
 	}
-	for _, f := range []string{"metrics-addr", "console-addr"} {
-		if s.sources[f] != fromDefault && s.fs.Lookup(f).Value.String() != "" {
-			return usagef("--%s is not served for pipelines yet: run one outboxd per table to have it", f)
-		}
+	if s.consoleAddr != "" {
+		return usagef("--console-addr is not served for pipelines yet: run outboxd console --table T for a table's console")
 	}
 	return nil
 }
@@ -109,7 +110,9 @@ type daemon struct {
 	logger *slog.Logger
 	specs  []pipelineSpec
 
-	dsns  []string                 // each pipeline's database
+	dsns  []string             // each pipeline's database
+	reg   *prometheus.Registry // with group, nil unless --metrics-addr
+	group *metrics.Group
 	pools map[string]*pgxpool.Pool // by DSN
 	mu    sync.Mutex
 	runs  map[string]*pipelineRun // by table
@@ -137,6 +140,14 @@ func runPipelines(ctx context.Context, e *env, s *runSetup, args []string) error
 		perDB[d.dsns[i]]++
 	}
 	defer d.closePools()
+	if s.metricsAddr != "" {
+		reg, group, stop, err := serveGroup(ctx, s.metricsAddr, logger)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		d.reg, d.group = reg, group
+	}
 	for i := range d.specs {
 		if err := d.connect(ctx, i, perDB[d.dsns[i]]); err != nil {
 			return fmt.Errorf("pipeline %q: %w", d.specs[i].name, err)
@@ -253,6 +264,9 @@ func (d *daemon) start(ctx context.Context, p *pipelineSpec, name, table, key st
 	if err != nil {
 		d.logger.Error("a pipeline's table cannot be relayed", slog.String("pipeline", name), slog.Any("error", err))
 		return
+	}
+	if d.group != nil {
+		ps.group = &pipelineMetrics{reg: d.reg, group: d.group, pipeline: p.name, name: name}
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	r := &pipelineRun{name: name, table: table, setup: ps, stop: cancel, done: make(chan struct{})}

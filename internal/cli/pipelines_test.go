@@ -2,6 +2,9 @@ package cli_test
 
 import (
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -107,9 +110,41 @@ pipelines:
 
 	// Running: a tenant created meanwhile is picked up at the next
 	// discovery; one dropped is stopped; a signal stops the whole.
-	p := start(t, bin, envWith(dsn), nil, "run", "--config", file, "--discover-interval", "300ms", "--poll-interval", "200ms")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	p := start(t, bin, envWith(dsn), nil, "run", "--config", file, "--discover-interval", "300ms", "--poll-interval", "200ms", "--metrics-addr", addr)
 	require.Eventually(t, func() bool { return strings.Count(p.stderr.String(), "starting a pipeline") == 4 },
 		30*time.Second, 20*time.Millisecond, "stderr:\n%s", p.stderr)
+	// One /metrics for all, each series with its pipeline and table; one
+	// /readyz, ready once every pipeline is.
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	series := []string{
+		`outbox_dispatcher_up{pipeline="a",table="` + a.table + `"} 1`,
+		`outbox_dispatcher_up{pipeline="b",table="` + b.table + `"} 1`,
+		`outbox_dispatcher_up{pipeline="tenants",table="` + t1.table + `"} 1`,
+		`outbox_messages{pipeline="tenants",status="done",table="` + t2.table + `"} 2`,
+	}
+	var scrape string
+	require.Eventually(t, func() bool {
+		_, scrape = get("/metrics")
+		for _, s := range series {
+			if !strings.Contains(scrape, s) {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 50*time.Millisecond, "every pipeline's series with its labels")
+	require.Eventually(t, func() bool { code, _ := get("/readyz"); return code == http.StatusOK }, 30*time.Second, 50*time.Millisecond)
 	t3 := tenant(3)
 	id := t3.enqueue(t, "agg", `{"n":3}`)
 	require.Eventually(t, func() bool { return t3.statusOf(t, id) == "done" }, 30*time.Second, 50*time.Millisecond, "stderr:\n%s", p.stderr)
@@ -117,6 +152,10 @@ pipelines:
 	require.Eventually(t, func() bool {
 		return strings.Contains(p.stderr.String(), "stopping a pipeline: its pattern no longer matches its table")
 	}, 30*time.Second, 50*time.Millisecond, "stderr:\n%s", p.stderr)
+	require.Eventually(t, func() bool {
+		_, scrape := get("/metrics")
+		return strings.Contains(scrape, `table="`+t3.table+`"`) && !strings.Contains(scrape, `table="`+t2.table+`"`)
+	}, 30*time.Second, 50*time.Millisecond, "a stopped pipeline leaves no series; a new one has them")
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	stopped := p.wait()
 	requireOK(t, stopped)
@@ -155,7 +194,7 @@ pipelines:
 		require.Contains(t, bad.stderr, tc.want)
 		require.Equal(t, 1, strings.Count(strings.TrimSpace(bad.stderr), "\n")+1, "one error line: %s", bad)
 	}
-	for _, args := range [][]string{{"--table", a.table}, {"--metrics-addr", "127.0.0.1:0"}} {
+	for _, args := range [][]string{{"--table", a.table}, {"--console-addr", "127.0.0.1:0"}} {
 		bad := runBin(t, bin, envWith(dsn), nil, append([]string{"run", "--config", file, "--drain"}, args...)...)
 		require.Equal(t, 2, bad.code, "%s", bad)
 	}

@@ -40,6 +40,9 @@ type runSetup struct {
 	// discoverEvery how often their patterns are matched again.
 	pipelines     []pipelineSpec
 	discoverEvery time.Duration
+	// group, for a pipeline's table, is where its metrics go (the daemon
+	// serves them all): nil unless the daemon serves metrics.
+	group *pipelineMetrics
 }
 
 func newRunSetup(e *env, name, synopsis string) *runSetup {
@@ -247,7 +250,7 @@ func (s *runSetup) checkStart(ctx context.Context, pool *pgxpool.Pool, router *r
 // with --drain, nothing is left), then logs a summary.
 func (s *runSetup) relay(ctx context.Context, e *env, pool *pgxpool.Pool, sink outbox.Sink, cfg *outbox.Config, logger *slog.Logger) error {
 	var m *metrics.Metrics
-	if s.metricsAddr != "" {
+	if s.metricsAddr != "" || s.group != nil {
 		var stopMetrics func()
 		var err error
 		m, stopMetrics, err = s.startMetrics(ctx, pool, cfg, logger)
