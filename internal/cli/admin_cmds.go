@@ -25,8 +25,10 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 		lockTimeout time.Duration
 		shards      int
 		cursor      bool
+		pattern     string
 	)
-	c := newDBCommand(e, "migrate", "migrate [--dsn DSN] [--table NAME] [--dry-run] [--lock-timeout 2s] [--shards N [--cursor]]", &lf)
+	c := newDBCommand(e, "migrate", "migrate [--dsn DSN] [--table NAME | --pattern 'tenant_*.outbox'] [--dry-run] [--lock-timeout 2s] [--shards N [--cursor]]", &lf)
+	c.StringVar(&pattern, "pattern", "", "migrate every existing outbox table this pattern matches (* for any run of characters, e.g. tenant_*.outbox), instead of --table")
 	c.BoolVar(&dryRun, "dry-run", false, "print the SQL migrate would run (nothing for a current table) and change nothing")
 	durVar(c.FlagSet, &lockTimeout, "lock-timeout", outbox.MigrateLockTimeoutDefault,
 		"longest wait of a DDL statement for its table lock before it is rolled back and retried")
@@ -48,7 +50,7 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return c.withAdmin(ctx, e, func(a *outbox.Admin) error {
+	migrate := func(a *outbox.Admin, table string) error {
 		res, err := a.MigrateWith(ctx, &outbox.MigrateOptions{DryRun: dryRun, LockTimeout: lockTimeout, Logger: logger})
 		switch {
 		case err != nil:
@@ -63,15 +65,59 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 				if err := a.EnableCursors(ctx); err != nil {
 					return err
 				}
-				fmt.Fprintf(e.stdout, "migrated table %s with %d shards and snapshot cursors\n", c.db.table, shards)
+				fmt.Fprintf(e.stdout, "migrated table %s with %d shards and snapshot cursors\n", table, shards)
 				return nil
 			}
-			fmt.Fprintf(e.stdout, "migrated table %s with %d shards\n", c.db.table, shards)
+			fmt.Fprintf(e.stdout, "migrated table %s with %d shards\n", table, shards)
 		default:
-			fmt.Fprintf(e.stdout, "migrated table %s\n", c.db.table)
+			fmt.Fprintf(e.stdout, "migrated table %s\n", table)
 		}
 		return nil
-	})
+	}
+	if pattern != "" {
+		if c.Changed("table") {
+			return usagef("--pattern and --table: give one")
+		}
+		return migratePattern(ctx, e, &c.db, pattern, dryRun, migrate)
+	}
+	return c.withAdmin(ctx, e, func(a *outbox.Admin) error { return migrate(a, c.db.table) })
+}
+
+// migratePattern migrates every existing outbox table pattern matches, in
+// order, each as migrate --table would; it goes on past a table that
+// fails and fails naming them. A pattern that matches nothing fails: a
+// typo must not pass for "nothing to do".
+func migratePattern(ctx context.Context, e *env, db *dbFlags, pattern string, dryRun bool, migrate func(*outbox.Admin, string) error) error {
+	pool, err := db.connect(ctx, e, 4)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	tables, err := outbox.MatchTables(ctx, pool, pattern)
+	if err != nil {
+		return usagef("--pattern: %v", err)
+	}
+	if len(tables) == 0 {
+		return fmt.Errorf("--pattern %s matches no outbox table (create one with migrate --table SCHEMA.NAME)", pattern)
+	}
+	var failed []string
+	for _, t := range tables {
+		a, err := outbox.NewAdmin(pool, t)
+		if err == nil {
+			if dryRun {
+				fmt.Fprintf(e.stdout, "-- %s\n", t)
+			}
+			err = migrate(a, t)
+		}
+		if err != nil {
+			fmt.Fprintf(e.stderr, "outboxd: migrate %s: %s\n", t, strings.Join(strings.Fields(err.Error()), " "))
+			failed = append(failed, t)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("migrate --pattern: %d of %d tables failed: %s", len(failed), len(tables), strings.Join(failed, ", "))
+	}
+	return nil
 }
 
 func runEnqueue(ctx context.Context, e *env, args []string) error {

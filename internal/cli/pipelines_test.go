@@ -62,6 +62,19 @@ func testPipelines(t *testing.T, bin string) {
 		return &cli{bin: bin, dsn: dsn, schema: name, table: name + ".outbox", env: envWith(dsn)}
 	}
 	t1, t2 := tenant(1), tenant(2)
+	// migrate --pattern migrates every outbox table the pattern matches.
+	pattern := base + "_t*.outbox"
+	mig := runBin(t, bin, envWith(dsn), nil, "migrate", "--pattern", pattern)
+	requireOK(t, mig)
+	require.Equal(t, "migrated table "+t1.table+"\nmigrated table "+t2.table+"\n", mig.stdout)
+	dry := runBin(t, bin, envWith(dsn), nil, "migrate", "--pattern", pattern, "--dry-run")
+	requireOK(t, dry)
+	require.Equal(t, "-- "+t1.table+"\n-- "+t2.table+"\n", dry.stdout, "current tables: nothing to run")
+	none := runBin(t, bin, envWith(dsn), nil, "migrate", "--pattern", base+"_none*.outbox")
+	require.Equal(t, 1, none.code, "%s", none)
+	require.Contains(t, none.stderr, "matches no outbox table")
+	both := runBin(t, bin, envWith(dsn), nil, "migrate", "--pattern", pattern, "--table", t1.table)
+	require.Equal(t, 2, both.code, "%s", both)
 	for _, c := range []*cli{a, a, b, t1, t2, t2} {
 		c.enqueue(t, "agg", `{"n":1}`)
 	}
