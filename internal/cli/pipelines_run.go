@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
+	"os/signal"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	flag "github.com/spf13/pflag"
 
 	"github.com/outboxd/outbox"
 	"github.com/outboxd/outbox/internal/service"
@@ -93,6 +97,8 @@ func (s *runSetup) checkPipelines() error {
 // pipelineRun is one table relayed under a pipeline.
 type pipelineRun struct {
 	name  string // the pipeline's, and for a pattern's match its table: tenants/tenant_a.outbox
+	spec  string // the pipeline's name
+	print string // its fingerprint
 	table string
 	setup *runSetup
 	stop  context.CancelFunc
@@ -155,13 +161,94 @@ func runPipelines(ctx context.Context, e *env, s *runSetup, args []string) error
 	}
 	d.discover(ctx)
 	if !s.drain {
-		// Discovery stops before the pipelines are waited for: none
-		// starts once the wait began.
-		stop := d.rediscover(ctx, s.discoverEvery)
+		// SIGHUP reloads the file. Discovery and reloads stop before the
+		// pipelines are waited for: none starts once the wait began.
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		stop := d.rediscover(ctx, s.discoverEvery, hup)
 		<-ctx.Done()
 		stop()
 	}
 	return d.wait()
+}
+
+// fingerprint is what a pipeline's table is relayed with: every setting's
+// effective value and the routes. A reload restarts a table whose
+// pipeline's fingerprint changed.
+func fingerprint(ps *runSetup) string {
+	var b strings.Builder
+	ps.fs.VisitAll(func(f *flag.Flag) { fmt.Fprintf(&b, "%s=%s\n", f.Name, f.Value.String()) })
+	fmt.Fprintf(&b, "routes=%v\nsecrets=%v\n", ps.allRoutes(), []string(ps.secrets))
+	return b.String()
+}
+
+// reload reads the file again (SIGHUP): pipelines added start, removed
+// ones stop, changed ones (their settings or the top level's) restart; a
+// file that does not validate is refused, logged, and the pipelines
+// running go on. Settings of the process (metrics-addr, log-*) take a
+// restart. Called by the discovery loop only, which owns the specs.
+func (d *daemon) reload(ctx context.Context) {
+	refuse := func(err error) {
+		d.logger.Error("reload refused: the pipelines running go on", slog.Any("error", err))
+	}
+	ns := newRunSetup(d.e, "run", "")
+	if err := ns.parse(d.e, d.args); err != nil {
+		refuse(err)
+		return
+	}
+	if len(ns.pipelines) == 0 {
+		refuse(errors.New("the file has no pipelines any more (a restart turns the daemon into a single-table relay)"))
+		return
+	}
+	if err := ns.checkPipelines(); err != nil {
+		refuse(err)
+		return
+	}
+	dsns := make([]string, len(ns.pipelines))
+	prints := map[string]string{}
+	perDB := map[string]int{}
+	for i := range ns.pipelines {
+		ps, err := ns.pipelineSetup(d.e, d.args, &ns.pipelines[i], outbox.TableDefault)
+		if err != nil {
+			refuse(err)
+			return
+		}
+		dsns[i] = ps.db.resolveDSN(d.e)
+		perDB[dsns[i]]++
+		prints[ns.pipelines[i].name] = fingerprint(ps)
+	}
+	for i := range ns.pipelines {
+		if d.pools[dsns[i]] != nil {
+			continue
+		}
+		ps, _ := ns.pipelineSetup(d.e, d.args, &ns.pipelines[i], outbox.TableDefault)
+		pool, err := ps.db.connect(ctx, d.e, int32(8+2*perDB[dsns[i]]))
+		if err != nil {
+			refuse(fmt.Errorf("pipeline %q: %w", ns.pipelines[i].name, err))
+			return
+		}
+		d.pools[dsns[i]] = pool
+	}
+	// Stop what was removed or changed, and wait, so that a changed
+	// pipeline's table is not relayed twice by this process.
+	d.mu.Lock()
+	var stopping []*pipelineRun
+	for key, r := range d.runs {
+		if fp, ok := prints[r.spec]; !ok || fp != r.print {
+			d.logger.Info("stopping a pipeline: removed from the file or changed", slog.String("pipeline", r.name))
+			r.stop()
+			stopping = append(stopping, r)
+			delete(d.runs, key)
+		}
+	}
+	d.specs, d.dsns, d.s = ns.pipelines, dsns, ns
+	d.mu.Unlock()
+	for _, r := range stopping {
+		<-r.done
+	}
+	d.logger.Info("reloaded the config file", slog.Int("pipelines", len(ns.pipelines)))
+	d.discover(ctx)
 }
 
 // connect opens the pool of pipeline i's database, once per database: the
@@ -269,7 +356,8 @@ func (d *daemon) start(ctx context.Context, p *pipelineSpec, name, table, key st
 		ps.group = &pipelineMetrics{reg: d.reg, group: d.group, pipeline: p.name, name: name}
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	r := &pipelineRun{name: name, table: table, setup: ps, stop: cancel, done: make(chan struct{})}
+	base, _ := d.s.pipelineSetup(d.e, d.args, p, outbox.TableDefault)
+	r := &pipelineRun{name: name, spec: p.name, print: fingerprint(base), table: table, setup: ps, stop: cancel, done: make(chan struct{})}
 	d.runs[key] = r
 	logger := d.logger.With(slog.String("pipeline", name))
 	logger.Info("starting a pipeline", slog.String("table", table))
@@ -315,25 +403,36 @@ func (r *pipelineRun) once(ctx context.Context, e *env, pool *pgxpool.Pool, logg
 	return s.relay(ctx, e, pool, sink, cfg, logger)
 }
 
-// rediscover matches the patterns again every interval until stopped.
-func (d *daemon) rediscover(ctx context.Context, every time.Duration) func() {
-	if every <= 0 || !slices.ContainsFunc(d.specs, func(p pipelineSpec) bool { return isPattern(p.table) }) {
-		return func() {}
-	}
+// rediscover matches the patterns again every interval, and reloads the
+// file on hup, until stopped.
+func (d *daemon) rediscover(ctx context.Context, every time.Duration, hup <-chan os.Signal) func() {
 	var r service.Runner
 	_ = r.Start(ctx, func(ctx context.Context) error {
-		t := time.NewTicker(every)
-		defer t.Stop()
+		var tick <-chan time.Time // nil: never, without an interval
+		if every > 0 {
+			t := time.NewTicker(every)
+			defer t.Stop()
+			tick = t.C
+		}
 		for {
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-t.C:
-				d.discover(ctx)
+			case <-tick:
+				if d.hasPatterns() {
+					d.discover(ctx)
+				}
+			case <-hup:
+				d.reload(ctx)
 			}
 		}
 	})
 	return func() { _ = r.Stop() }
+}
+
+// hasPatterns reports whether a pipeline's table is a pattern.
+func (d *daemon) hasPatterns() bool {
+	return slices.ContainsFunc(d.specs, func(p pipelineSpec) bool { return isPattern(p.table) })
 }
 
 // wait waits for every pipeline to end and returns what failed: an error

@@ -169,11 +169,36 @@ pipelines:
 		_, scrape := get("/metrics")
 		return strings.Contains(scrape, `table="`+t3.table+`"`) && !strings.Contains(scrape, `table="`+t2.table+`"`)
 	}, 30*time.Second, 50*time.Millisecond, "a stopped pipeline leaves no series; a new one has them")
+	// SIGHUP reloads the file: b removed stops, c added starts (and
+	// delivers the table no pipeline named), a unchanged goes on; a file
+	// that does not validate is refused and changes nothing.
+	require.NoError(t, os.WriteFile(file, fmt.Appendf(nil, `sink: "stdout:"
+workers: 2
+pipelines:
+  - name: a
+    table: %s
+  - name: c
+    table: %s
+  - name: tenants
+    table: %s_t*.outbox
+    lease-mode: row
+`, a.table, oc.table, base), 0o600))
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	require.Eventually(t, func() bool { return oc.count(t, "status = 'done'") == 1 }, 30*time.Second, 50*time.Millisecond, "stderr:\n%s", p.stderr)
+	require.Contains(t, p.stderr.String(), "reloaded the config file")
+	require.Equal(t, 1, strings.Count(p.stderr.String(), "stopping a pipeline: removed from the file or changed"), "only b: %s", p.stderr)
+	require.NoError(t, os.WriteFile(file, []byte("pipelines:\n  - {name: x, table: t, wokers: 2}\n"), 0o600))
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	require.Eventually(t, func() bool { return strings.Contains(p.stderr.String(), "reload refused: the pipelines running go on") },
+		30*time.Second, 50*time.Millisecond, "stderr:\n%s", p.stderr)
+	late := a.enqueue(t, "agg", `{"n":9}`)
+	require.Eventually(t, func() bool { return a.statusOf(t, late) == "done" }, 30*time.Second, 50*time.Millisecond, "a still relayed")
+
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	stopped := p.wait()
 	requireOK(t, stopped)
 	byNS, _ = keysByNamespace(t, stopped.stdout)
-	require.Equal(t, map[string]int{"tenants." + t3.table: 1}, byNS, "%s", stopped)
+	require.Equal(t, map[string]int{"tenants." + t3.table: 1, "c": 1, "a": 1}, byNS, "%s", stopped)
 
 	// A pipeline whose table is missing fails alone: the others drain.
 	broken := filepath.Join(dir, "broken.yaml")
@@ -207,8 +232,15 @@ pipelines:
 		require.Contains(t, bad.stderr, tc.want)
 		require.Equal(t, 1, strings.Count(strings.TrimSpace(bad.stderr), "\n")+1, "one error line: %s", bad)
 	}
-	for _, args := range [][]string{{"--table", a.table}, {"--console-addr", "127.0.0.1:0"}} {
-		bad := runBin(t, bin, envWith(dsn), nil, append([]string{"run", "--config", file, "--drain"}, args...)...)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--table", a.table}, "has pipelines: name each table in its pipeline, not with --table"},
+		{[]string{"--console-addr", "127.0.0.1:0"}, "--console-addr is not served for pipelines yet"},
+	} {
+		bad := runBin(t, bin, envWith(dsn), nil, append([]string{"run", "--config", broken, "--drain"}, tc.args...)...)
 		require.Equal(t, 2, bad.code, "%s", bad)
+		require.Contains(t, bad.stderr, tc.want)
 	}
 }
