@@ -237,16 +237,20 @@ func (a *Admin) indexed(ctx context.Context, f store.Filter) ([]string, error) {
 
 // Message returns the message with id in full, or [ErrNotFound].
 func (a *Admin) Message(ctx context.Context, id int64) (*MessageDetail, error) {
+	// The history first: an attempt is recorded after its outcome was
+	// written to the row, so the row read after it shows that outcome.
+	// Read the other way round, a finalize committing between the two
+	// statements showed an attempt on a row still as it was before it.
+	history, err := a.Attempts(ctx, id)
+	if err != nil {
+		return nil, err
+	}
 	d, err := a.store.Message(ctx, a.db, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: message %d", ErrNotFound, id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("outbox: message %d: %w", id, err)
-	}
-	history, err := a.Attempts(ctx, id)
-	if err != nil {
-		return nil, err
 	}
 	return &MessageDetail{MessageSummary: MessageSummary(d.Summary), Payload: d.Payload,
 		Headers: d.Headers, LeaseVersion: d.LeaseVersion, UID: d.UID, History: history}, nil

@@ -62,8 +62,9 @@ type fetcher struct {
 	wake      <-chan struct{}
 	listening *atomic.Bool
 	// due is set when a notification said messages were made due earlier
-	// than the mode knows.
-	due *atomic.Bool
+	// than the mode knows; dueAt is when the mode last looked again.
+	due   *atomic.Bool
+	dueAt time.Time
 
 	drain  bool // return once nothing is left to deliver
 	slots  *slots
@@ -166,13 +167,25 @@ func (f *fetcher) step(ctx context.Context) bool {
 	return true
 }
 
+// dueLookPolls is how many poll intervals apart a dispatcher that does not
+// listen looks again at what it knows to wait (see claim).
+const dueLookPolls = 10
+
 // claim runs one claim statement for up to batch rows. The claim is not
 // cancelled by shutdown: a claim cut off after the server committed it
 // would strand its rows until their leases expire. Rows it returns after
 // shutdown began are released by the workers.
 func (f *fetcher) claim(ctx context.Context, batch int) ([]store.Row, time.Time, error) {
-	if f.due != nil && f.due.Swap(false) {
+	switch {
+	case f.due != nil && f.due.Swap(false):
 		f.mode.Due()
+		f.dueAt = f.clock.Now()
+	case f.listening != nil && !f.listening.Load() && f.clock.Since(f.dueAt) >= dueLookPolls*f.cfg.poll:
+		// No notification can say that messages were made due earlier
+		// (retry now) while the listener is down or off (--no-notify):
+		// look again every few polls instead.
+		f.mode.Due()
+		f.dueAt = f.clock.Now()
 	}
 	start := f.clock.Now()
 	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

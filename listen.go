@@ -45,7 +45,10 @@ func (d *Dispatcher) listenOnce(ctx context.Context, channel string, connected f
 	}
 	connected()
 	d.listening.Store(true)
-	d.signal() // anything inserted while we were not listening
+	// Anything inserted, or made due (retry now), while we were not
+	// listening: the next claim looks again everywhere.
+	d.due.Store(true)
+	d.signal()
 	if !d.probed.Swap(true) {
 		if err := d.probe(ctx, conn, channel); err != nil {
 			return err

@@ -16,6 +16,18 @@ import (
 // RetryNow, which is audited; one not waiting is left alone.
 func TestModesRetryNow(t *testing.T) {
 	t.Parallel()
+	testRetryNow(t, false)
+}
+
+// Without notifications (--no-notify, or a listener not yet connected
+// when RetryNow ran), a dispatcher that knows a message to wait an hour
+// looks again every few polls: it delivered it an hour later before.
+func TestModesRetryNowWithoutNotifications(t *testing.T) {
+	t.Parallel()
+	testRetryNow(t, true)
+}
+
+func testRetryNow(t *testing.T, noNotify bool) {
 	forEachMode(t, func(t *testing.T, m leaseMode) {
 		b := m.bundle(t)
 		ids := append(b.enqueueN(t, 1, "a"), b.enqueueN(t, 1, "b")...) // two aggregates: ordered, b does not wait for a
@@ -26,7 +38,7 @@ func TestModesRetryNow(t *testing.T) {
 			}
 			return nil
 		})
-		d := b.dispatcher(t, rec.Sink(), m.config(outbox.Config{Owner: "r", RetryCap: time.Hour, RetryBase: time.Hour}))
+		d := b.dispatcher(t, rec.Sink(), m.config(outbox.Config{Owner: "r", RetryCap: time.Hour, RetryBase: time.Hour, DisableNotify: noNotify}))
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- d.Run(ctx) }()
