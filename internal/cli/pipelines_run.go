@@ -116,13 +116,14 @@ type daemon struct {
 	logger *slog.Logger
 	specs  []pipelineSpec
 
-	dsns  []string             // each pipeline's database
-	reg   *prometheus.Registry // with group, nil unless --metrics-addr
-	group *metrics.Group
-	pools map[string]*pgxpool.Pool // by DSN
-	mu    sync.Mutex
-	runs  map[string]*pipelineRun // by table
-	wg    sync.WaitGroup
+	dsns   []string             // each pipeline's database
+	prints map[string]string    // each pipeline's fingerprint, by name
+	reg    *prometheus.Registry // with group, nil unless --metrics-addr
+	group  *metrics.Group
+	pools  map[string]*pgxpool.Pool // by DSN
+	mu     sync.Mutex
+	runs   map[string]*pipelineRun // by table
+	wg     sync.WaitGroup
 }
 
 func runPipelines(ctx context.Context, e *env, s *runSetup, args []string) error {
@@ -133,17 +134,11 @@ func runPipelines(ctx context.Context, e *env, s *runSetup, args []string) error
 	if err != nil {
 		return err
 	}
-	d := &daemon{e: e, s: s, args: args, logger: logger, specs: s.pipelines, pools: map[string]*pgxpool.Pool{}, runs: map[string]*pipelineRun{}}
+	d := &daemon{e: e, s: s, args: args, logger: logger, pools: map[string]*pgxpool.Pool{}, runs: map[string]*pipelineRun{}}
 	// Every pipeline's settings are checked before anything starts.
-	d.dsns = make([]string, len(d.specs))
-	perDB := map[string]int{}
-	for i := range d.specs {
-		ps, err := s.pipelineSetup(e, args, &d.specs[i], outbox.TableDefault)
-		if err != nil {
-			return err
-		}
-		d.dsns[i] = ps.db.resolveDSN(e)
-		perDB[d.dsns[i]]++
+	l, err := d.load(s)
+	if err != nil {
+		return err
 	}
 	defer d.closePools()
 	if s.metricsAddr != "" {
@@ -154,11 +149,10 @@ func runPipelines(ctx context.Context, e *env, s *runSetup, args []string) error
 		defer stop()
 		d.reg, d.group = reg, group
 	}
-	for i := range d.specs {
-		if err := d.connect(ctx, i, perDB[d.dsns[i]]); err != nil {
-			return fmt.Errorf("pipeline %q: %w", d.specs[i].name, err)
-		}
+	if err := d.openPools(ctx, l); err != nil {
+		return err
 	}
+	d.specs, d.dsns, d.prints = s.pipelines, l.dsns, l.prints
 	d.discover(ctx)
 	if !s.drain {
 		// SIGHUP reloads the file. Discovery and reloads stop before the
@@ -205,44 +199,28 @@ func (d *daemon) reload(ctx context.Context) {
 		refuse(err)
 		return
 	}
-	dsns := make([]string, len(ns.pipelines))
-	prints := map[string]string{}
-	perDB := map[string]int{}
-	for i := range ns.pipelines {
-		ps, err := ns.pipelineSetup(d.e, d.args, &ns.pipelines[i], outbox.TableDefault)
-		if err != nil {
-			refuse(err)
-			return
-		}
-		dsns[i] = ps.db.resolveDSN(d.e)
-		perDB[dsns[i]]++
-		prints[ns.pipelines[i].name] = fingerprint(ps)
+	l, err := d.load(ns)
+	if err != nil {
+		refuse(err)
+		return
 	}
-	for i := range ns.pipelines {
-		if d.pools[dsns[i]] != nil {
-			continue
-		}
-		ps, _ := ns.pipelineSetup(d.e, d.args, &ns.pipelines[i], outbox.TableDefault)
-		pool, err := ps.db.connect(ctx, d.e, int32(8+2*perDB[dsns[i]]))
-		if err != nil {
-			refuse(fmt.Errorf("pipeline %q: %w", ns.pipelines[i].name, err))
-			return
-		}
-		d.pools[dsns[i]] = pool
+	if err := d.openPools(ctx, l); err != nil {
+		refuse(err)
+		return
 	}
 	// Stop what was removed or changed, and wait, so that a changed
 	// pipeline's table is not relayed twice by this process.
 	d.mu.Lock()
 	var stopping []*pipelineRun
 	for key, r := range d.runs {
-		if fp, ok := prints[r.spec]; !ok || fp != r.print {
+		if fp, ok := l.prints[r.spec]; !ok || fp != r.print {
 			d.logger.Info("stopping a pipeline: removed from the file or changed", slog.String("pipeline", r.name))
 			r.stop()
 			stopping = append(stopping, r)
 			delete(d.runs, key)
 		}
 	}
-	d.specs, d.dsns, d.s = ns.pipelines, dsns, ns
+	d.specs, d.dsns, d.prints, d.s = ns.pipelines, l.dsns, l.prints, ns
 	d.mu.Unlock()
 	for _, r := range stopping {
 		<-r.done
@@ -251,24 +229,49 @@ func (d *daemon) reload(ctx context.Context) {
 	d.discover(ctx)
 }
 
-// connect opens the pool of pipeline i's database, once per database: the
-// tables relayed there share it for their statements (each dispatcher
+// loaded is what load reads of a file's pipelines: each one's setup (on a
+// placeholder table) and database, and each one's fingerprint by name.
+type loaded struct {
+	names  []string
+	setups []*runSetup
+	dsns   []string
+	prints map[string]string
+}
+
+// load checks every pipeline of s and reads what starting them needs.
+func (d *daemon) load(s *runSetup) (loaded, error) {
+	n := len(s.pipelines)
+	l := loaded{names: make([]string, n), setups: make([]*runSetup, n), dsns: make([]string, n), prints: map[string]string{}}
+	for i := range s.pipelines {
+		ps, err := s.pipelineSetup(d.e, d.args, &s.pipelines[i], outbox.TableDefault)
+		if err != nil {
+			return l, err
+		}
+		l.names[i], l.setups[i], l.dsns[i] = s.pipelines[i].name, ps, ps.db.resolveDSN(d.e)
+		l.prints[s.pipelines[i].name] = fingerprint(ps)
+	}
+	return l, nil
+}
+
+// openPools opens the pool of each database l names that has none yet:
+// the tables relayed there share it for their statements (each dispatcher
 // LISTENs on a connection of its own). It has 8 connections and 2 more
 // per pipeline naming the database.
-func (d *daemon) connect(ctx context.Context, i, pipelines int) error {
-	dsn := d.dsns[i]
-	if d.pools[dsn] != nil {
-		return nil
+func (d *daemon) openPools(ctx context.Context, l loaded) error {
+	perDB := map[string]int{}
+	for _, dsn := range l.dsns {
+		perDB[dsn]++
 	}
-	ps, err := d.s.pipelineSetup(d.e, d.args, &d.specs[i], outbox.TableDefault)
-	if err != nil {
-		return err
+	for i, dsn := range l.dsns {
+		if d.pools[dsn] != nil {
+			continue
+		}
+		pool, err := l.setups[i].db.connect(ctx, d.e, int32(8+2*perDB[dsn]))
+		if err != nil {
+			return fmt.Errorf("pipeline %q: %w", l.names[i], err)
+		}
+		d.pools[dsn] = pool
 	}
-	pool, err := ps.db.connect(ctx, d.e, int32(8+2*pipelines))
-	if err != nil {
-		return err
-	}
-	d.pools[dsn] = pool
 	return nil
 }
 
@@ -326,14 +329,13 @@ func (d *daemon) discover(ctx context.Context) {
 	}
 }
 
-// runningOf returns the running tables of the pipeline named (a pattern's
-// matches), by key.
+// runningOf returns the running tables of the pipeline named, by key.
 func (d *daemon) runningOf(pipeline string) map[string]*pipelineRun {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := map[string]*pipelineRun{}
 	for k, r := range d.runs {
-		if r.name == pipeline || len(r.name) > len(pipeline) && r.name[:len(pipeline)+1] == pipeline+"/" {
+		if r.spec == pipeline {
 			out[k] = r
 		}
 	}
@@ -356,8 +358,7 @@ func (d *daemon) start(ctx context.Context, p *pipelineSpec, name, table, key st
 		ps.group = &pipelineMetrics{reg: d.reg, group: d.group, pipeline: p.name, name: name}
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	base, _ := d.s.pipelineSetup(d.e, d.args, p, outbox.TableDefault)
-	r := &pipelineRun{name: name, spec: p.name, print: fingerprint(base), table: table, setup: ps, stop: cancel, done: make(chan struct{})}
+	r := &pipelineRun{name: name, spec: p.name, print: d.prints[p.name], table: table, setup: ps, stop: cancel, done: make(chan struct{})}
 	d.runs[key] = r
 	logger := d.logger.With(slog.String("pipeline", name))
 	logger.Info("starting a pipeline", slog.String("table", table))
