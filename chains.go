@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/outboxd/outbox/internal/store"
 )
@@ -32,6 +33,12 @@ type chains struct {
 	// orphans are messages that waited behind a hung publish, for the
 	// fetcher to hand to the workers, which release them.
 	orphans []*claimed
+	// working counts the messages handed to the workers that they have
+	// not finished with (a message's chain followed to its end); idle
+	// fires when it falls to zero. Only a running publish can be found
+	// hung, so once the fetcher stopped no orphan comes after that.
+	working atomic.Int64
+	idle    chan struct{}
 }
 
 // chain is one aggregate's messages in the dispatcher.
@@ -43,7 +50,8 @@ type chain struct {
 }
 
 func newChains() *chains {
-	return &chains{aggs: map[string]*chain{}, ids: map[int64]string{}, done: map[int64]bool{}, doneBefore: map[int64]bool{}}
+	return &chains{aggs: map[string]*chain{}, ids: map[int64]string{}, done: map[int64]bool{}, doneBefore: map[int64]bool{},
+		idle: make(chan struct{}, 1)}
 }
 
 // reading marks the start of a read.
@@ -168,6 +176,19 @@ func (cs *chains) hung(id int64) bool {
 	}
 	cs.orphans, ch.queue = append(cs.orphans, ch.queue...), nil
 	return len(cs.orphans) > 0
+}
+
+// handing counts a message about to be handed to the workers.
+func (cs *chains) handing() { cs.working.Add(1) }
+
+// finished counts a message a worker is done with, its chain followed.
+func (cs *chains) finished() {
+	if cs.working.Add(-1) == 0 {
+		select {
+		case cs.idle <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // takeOrphans returns the orphans and forgets them.

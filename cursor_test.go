@@ -721,3 +721,56 @@ func TestCursorLeasesReplayMessagesFromBeforeShards(t *testing.T) {
 	drain(t, b.dispatcher(t, rec.Sink(), cursorConfig(outbox.Config{Ordered: true})))
 	require.Equal(t, a, rec.IDs(), "both, in order")
 }
+
+// A publish found hung while the dispatcher stops still lets go of the
+// message queued behind it, so its batch is written: the messages of the
+// shard delivered meanwhile are recorded done, not left for the next owner
+// to deliver again. Orphans were handed over by the fetcher only, which had
+// stopped.
+func TestCursorLeasesHungPublishAtShutdown(t *testing.T) {
+	t.Parallel()
+	b := cursorBundle(t, 1)
+	// One transaction: one read takes them all, into one batch.
+	ids := b.enqueue(t, append(msgs("a", 2), msgs("b", 3)...)...)
+	a := ids[:2] // a[0] hangs; a[1] waits behind it
+	hanging, release := make(chan struct{}), make(chan struct{})
+	rec := newRecorder(func(_ context.Context, m *outbox.Message) error {
+		if m.ID == a[0] && m.Attempt == 1 {
+			close(hanging)
+			<-release // ignores its context
+			return errors.New("hung")
+		}
+		return nil
+	})
+	d := b.dispatcher(t, rec.Sink(), cursorConfig(outbox.Config{
+		Ordered: true, Lease: 3 * time.Second, PublishTimeout: time.Second, Workers: 4, BatchSize: 10}))
+	require.NoError(t, d.Start(t.Context()))
+	<-hanging
+	// Stopped before the publish is found hung: the fetcher is gone by
+	// then. Two of the others are delivered meanwhile (a claim takes as
+	// many messages as there are workers).
+	rec.waitLen(t, 3, 10*time.Second)
+	stopped := make(chan error, 1)
+	go func() { stopped <- d.Stop() }()
+	require.Eventually(t, func() bool { return d.Stats().HungPublishes == 1 }, 10*time.Second, 10*time.Millisecond)
+	close(release)
+	select {
+	case err := <-stopped:
+		require.NoError(t, err)
+	case <-time.After(15 * time.Second):
+		require.FailNow(t, "the dispatcher did not stop")
+	}
+	delivered := map[int64]bool{}
+	for _, id := range rec.IDs() {
+		delivered[id] = id != a[0]
+	}
+	n := 0
+	for _, ok := range delivered {
+		if ok {
+			n++
+		}
+	}
+	require.Positive(t, n)
+	require.Equal(t, n, b.countStatus(t, "done"), "the messages delivered were recorded")
+	require.NotContains(t, rec.IDs(), a[1], "the message behind the hung one was released unpublished")
+}

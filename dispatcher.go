@@ -255,7 +255,7 @@ func (d *Dispatcher) relay(ctx context.Context, drain bool, mode lease.Mode, lea
 		drain: drain, slots: capacity, leases: leases, chains: chained, out: claims,
 	}
 	f.run(ctx)
-
+	f.finish()
 	close(claims)
 	workers.Wait()
 	close(verdicts)

@@ -108,13 +108,47 @@ func (f *fetcher) run(ctx context.Context) {
 	}
 }
 
+// handOrphans hands the workers messages released behind a hung publish.
+func (f *fetcher) handOrphans(orphans []*claimed) {
+	for _, c := range orphans {
+		f.chains.handing()
+		f.out <- c
+	}
+}
+
+// finish, once the fetcher stopped, hands the workers the messages a
+// publish found hung orphans until they are done with every message handed
+// to them: nothing else releases those, and an orphan never settled keeps
+// its batch from being written, and under snapshot cursors every batch of
+// its shard read after it, delivered or not.
+func (f *fetcher) finish() {
+	if f.chains == nil {
+		return
+	}
+	for {
+		// Read before the orphans are taken: an orphan comes while its
+		// hung publish's worker is not done, so none comes after this
+		// reads zero.
+		idle := f.chains.working.Load() == 0
+		orphans := f.chains.takeOrphans()
+		if idle && len(orphans) == 0 {
+			return
+		}
+		f.handOrphans(orphans)
+		if len(orphans) == 0 {
+			select {
+			case <-f.chains.idle:
+			case <-f.wake:
+			}
+		}
+	}
+}
+
 // step is one turn of the loop: wait for room, claim, then hand the rows
 // over or go idle. It returns false when the fetcher is to stop.
 func (f *fetcher) step(ctx context.Context) bool {
 	if f.chains != nil {
-		for _, c := range f.chains.takeOrphans() {
-			f.out <- c
-		}
+		f.handOrphans(f.chains.takeOrphans())
 	}
 	room := f.slots.room(f.sizer, f.cfg.batch)
 	if room == 0 {
@@ -232,7 +266,10 @@ func (f *fetcher) emit(rows []store.Row, start, dbNow time.Time) {
 		claims[i].entry = &entries[i]
 	}
 	for i := range claims {
-		if f.chains == nil || f.chains.start(&claims[i]) {
+		if f.chains == nil {
+			f.out <- &claims[i]
+		} else if f.chains.start(&claims[i]) {
+			f.chains.handing()
 			f.out <- &claims[i]
 		}
 	}

@@ -49,6 +49,9 @@ func (w *worker) run(ctx context.Context, in <-chan *claimed, out chan<- verdict
 			out <- v
 			c = w.follow(c, &v, out)
 		}
+		if w.chains != nil {
+			w.chains.finished()
+		}
 	}
 }
 

@@ -85,6 +85,9 @@ type cursorLeases struct {
 	// Decide call (of batches given up), for the next one to return.
 	undecided []*batch
 	decided   []Decision
+	// afterAdvance, when set (by tests), runs as a Decide's statement
+	// returns, before its outcome is taken in.
+	afterAdvance func()
 }
 
 func newCursorLeases(st *store.Store, pool *pgxpool.Pool, cfg Config, cb Callbacks, log *slog.Logger, count int, leases *Registry) *cursorLeases {
@@ -641,6 +644,9 @@ func (c *cursorLeases) Decide(ctx context.Context, writes []store.RowWrite) ([]D
 	}
 	advances, parks := writesOf(todo)
 	held, err := c.store.AdvanceCursors(ctx, c.pool, c.cfg.Owner, advances, parks)
+	if c.afterAdvance != nil {
+		c.afterAdvance()
+	}
 	c.mu.Lock()
 	defer func() {
 		buried := c.toBury
@@ -653,7 +659,12 @@ func (c *cursorLeases) Decide(ctx context.Context, writes []store.RowWrite) ([]D
 		c.decided = append(out, c.decided...)
 		return nil, err
 	}
-	c.undecided = nil
+	// Batches completed while the statement ran (a hung publish parked by
+	// the keeper, a message held back) were queued behind those written:
+	// they stay for the next call.
+	if c.undecided = c.undecided[len(todo):]; len(c.undecided) == 0 {
+		c.undecided = nil
+	}
 	now := c.cfg.Clock.Now()
 	for _, b := range todo {
 		ok := held[b.lease.Shard]

@@ -133,3 +133,70 @@ func TestCursorParkedBatchCompletedByAHeldBackMessage(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []Decision{{ID: delivered.ID, Token: delivered.LeaseVersion, Held: true}}, decided)
 }
+
+// A batch of parked messages completed while a Decide's statement runs
+// (the fetcher settling a message held back, the keeper parking a hung
+// publish) is written by the next Decide: it was queued behind the batches
+// the statement wrote, and forgotten with them, its messages left in
+// flight for good and its shard never read again.
+func TestCursorBatchCompletedDuringADecideIsWrittenNext(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := testdb.Pool(t)
+	schema := testdb.NewSchema(t)
+	st, err := store.New(schema + ".outbox")
+	require.NoError(t, err)
+	require.NoError(t, st.Migrate(ctx, pool))
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return st.EnableShards(ctx, tx, 1) }))
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return st.EnableCursor(ctx, tx) }))
+	insert := func(aggs ...string) {
+		for _, agg := range aggs {
+			_, err := pool.Exec(ctx, `INSERT INTO `+st.QuotedTable()+` (aggregate_type, aggregate_id, event_type, payload)
+				VALUES ('order', $1, 'E', '{}')`, agg)
+			require.NoError(t, err)
+		}
+	}
+	insert("a", "b")
+	c := newCursorLeases(st, pool, Config{Kind: Cursors, Owner: "me", Lease: time.Minute, MaxAttempts: 5, Ordered: true,
+		PublishTimeout: time.Second, PollInterval: time.Hour, Window: 20}, Callbacks{},
+		slog.New(slog.NewTextHandler(io.Discard, nil)), 1, NewRegistry(nil))
+	_, err = c.acquire(ctx, 1)
+	require.NoError(t, err)
+
+	first, _, err := c.Claim(ctx, 10, false)
+	require.NoError(t, err)
+	require.Len(t, first, 2)
+	var failed []store.RowWrite
+	for _, r := range first {
+		failed = append(failed, store.RowWrite{ID: r.ID, LeaseVersion: r.LeaseVersion, Status: store.StatusPending, Error: "busy"})
+	}
+	_, err = c.Decide(ctx, failed)
+	require.NoError(t, err)
+	c.Settled(failed)
+
+	parked, _, err := c.Claim(ctx, 10, true)
+	require.NoError(t, err)
+	require.Len(t, parked, 2, "both parked messages read in one batch")
+	delivered := store.RowWrite{ID: parked[1].ID, LeaseVersion: parked[1].LeaseVersion, Status: store.StatusDone}
+	decided, err := c.Decide(ctx, []store.RowWrite{delivered})
+	require.NoError(t, err)
+	require.Empty(t, decided, "its batch waits for the other message")
+
+	insert("c")
+	fresh, _, err := c.Claim(ctx, 10, false)
+	require.NoError(t, err)
+	require.Len(t, fresh, 1)
+	// The parked batch completes while the window batch is written.
+	c.afterAdvance = func() {
+		c.afterAdvance = nil
+		c.Settled([]store.RowWrite{{ID: parked[0].ID, LeaseVersion: parked[0].LeaseVersion}}) // held back unwritten
+	}
+	done := store.RowWrite{ID: fresh[0].ID, LeaseVersion: fresh[0].LeaseVersion, Status: store.StatusDone}
+	decided, err = c.Decide(ctx, []store.RowWrite{done})
+	require.NoError(t, err)
+	require.Equal(t, []Decision{{ID: done.ID, Token: done.LeaseVersion, Held: true}}, decided)
+	decided, err = c.Decide(ctx, nil)
+	require.NoError(t, err)
+	require.Equal(t, []Decision{{ID: delivered.ID, Token: delivered.LeaseVersion, Held: true}}, decided,
+		"the parked batch completed meanwhile is written")
+}

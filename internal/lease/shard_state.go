@@ -141,22 +141,25 @@ func (m *membership) isolatedWritten(written []int, ended map[int]bool) {
 // settled: pending in the table, so a read must not return them again. It
 // is plain data, guarded like membership.
 //
-// Invariants: every id of hung is in flight or was given up with its
-// shard; a shard is abandoned while it has a hung message in flight, and
-// is given up (released, its ids forgotten) once nothing else of it is.
+// Invariants: every id of hung is in flight under the token it hung under;
+// a shard is abandoned while it has a hung message in flight, and is given
+// up (released, its ids forgotten, hung ones included) once nothing else
+// of it is.
 type flight struct {
 	ids  map[int64]store.ShardLease // id → its shard and the token it was read under
 	aggs map[int64]string           // id → its aggregate (ordered only)
-	// hung are the ids whose publish hung past its timeout; abandoned
-	// their shards, read no more until given up.
-	hung      map[int64]bool
+	// hung are the ids whose publish hung past its timeout, with the
+	// token of that publish (a message given up with its shard is read
+	// again, under a new token, while the hung publish may still run);
+	// abandoned their shards, read no more until given up.
+	hung      map[int64]int64
 	abandoned map[int]bool
 }
 
 // newFlight returns an empty flight; ordered, it keeps each message's
 // aggregate (only ordered reads ask for it).
 func newFlight(ordered bool) flight {
-	f := flight{ids: map[int64]store.ShardLease{}, hung: map[int64]bool{}, abandoned: map[int]bool{}}
+	f := flight{ids: map[int64]store.ShardLease{}, hung: map[int64]int64{}, abandoned: map[int]bool{}}
 	if ordered {
 		f.aggs = map[int64]string{}
 	}
@@ -204,7 +207,7 @@ func (f *flight) settle(writes []store.RowWrite) {
 			delete(f.ids, w.ID)
 			delete(f.aggs, w.ID)
 		}
-		if len(f.hung) > 0 {
+		if t, ok := f.hung[w.ID]; ok && t == w.LeaseVersion {
 			delete(f.hung, w.ID)
 		}
 	}
@@ -214,7 +217,7 @@ func (f *flight) settle(writes []store.RowWrite) {
 func (f *flight) markHung(leases []store.Lease) {
 	for _, l := range leases {
 		if r, ok := f.ids[l.ID]; ok && r.Token == l.Version {
-			f.hung[l.ID], f.abandoned[r.Shard] = true, true
+			f.hung[l.ID], f.abandoned[r.Shard] = l.Version, true
 		}
 	}
 }
@@ -236,6 +239,7 @@ func (f *flight) giveUp() []int {
 			if r.Shard == shard {
 				delete(f.ids, id)
 				delete(f.aggs, id)
+				delete(f.hung, id)
 			}
 		}
 	}
@@ -245,7 +249,7 @@ func (f *flight) giveUp() []int {
 // onlyHung reports whether every message of shard in flight is hung.
 func (f *flight) onlyHung(shard int) bool {
 	for id, r := range f.ids {
-		if r.Shard == shard && !f.hung[id] {
+		if t, hung := f.hung[id]; r.Shard == shard && (!hung || t != r.Token) {
 			return false
 		}
 	}

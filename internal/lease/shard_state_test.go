@@ -132,15 +132,26 @@ func TestUnitFlightHungAndSettle(t *testing.T) {
 	require.Empty(t, f.abandoned)
 	_, ok := f.of(1)
 	require.False(t, ok, "a given-up shard's ids are forgotten: its next owner reads them")
-	require.True(t, f.hung[1], "until its verdict comes")
+	require.Empty(t, f.hung, "nor their hung publishes: a read again is not hung")
 
-	f.ids[1] = store.ShardLease{Shard: 4, Token: 9} // read again after a retake
+	// Read again after a retake, while the hung publish still runs; then
+	// another message of the shard hangs: the shard is not given up while
+	// message 1 goes out under the new token.
+	f.ids[1] = store.ShardLease{Shard: 4, Token: 9}
+	f.ids[6] = store.ShardLease{Shard: 4, Token: 9}
+	f.markHung([]store.Lease{{ID: 6, Version: 9}})
+	require.Empty(t, f.giveUp(), "message 1 is being delivered again under token 9")
+
 	f.settle([]store.RowWrite{{ID: 1, LeaseVersion: 7}})
 	l, ok := f.of(1)
 	require.True(t, ok, "the hung publish's verdict leaves the new read alone")
 	require.Equal(t, int64(9), l.Token)
-	require.False(t, f.hung[1])
-	require.ElementsMatch(t, []int64{1, 3}, f.exclude())
+	require.ElementsMatch(t, []int64{1, 3, 6}, f.exclude())
+
+	// A hung verdict of another token does not clear a hang of this one.
+	f.markHung([]store.Lease{{ID: 1, Version: 9}})
+	f.settle([]store.RowWrite{{ID: 1, LeaseVersion: 7}})
+	require.Equal(t, []int{4}, f.giveUp(), "both publishes of shard 4 in flight are hung")
 }
 
 // due renews a renewal interval after the last renewal, and a dispatcher
