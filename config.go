@@ -84,6 +84,13 @@ type Config struct {
 	// Defaults to false.
 	DisableNotify bool
 
+	// Listener, when set, is the LISTEN connection the dispatcher hears its
+	// table's notifications on, shared with the other dispatchers of the
+	// database given the same Listener ([NewListener]); nil opens a
+	// connection of the dispatcher's own. It must listen on the database
+	// the pool connects to. Ignored with DisableNotify.
+	Listener *Listener
+
 	// FetchCooldown bounds how the dispatcher paces itself when it is not
 	// saturated. After a claim that returned less than it asked for, it
 	// waits twice the running average claim duration before claiming again,

@@ -182,7 +182,11 @@ func (d *Dispatcher) run(ctx context.Context, drain bool) error {
 	}
 	var stopListener, stopKeeper func()
 	stopBeater := startService(ctx, d.newBeater(leases).run)
-	if !d.cfg.DisableNotify {
+	switch {
+	case d.cfg.DisableNotify:
+	case d.cfg.Listener != nil:
+		stopListener = d.cfg.Listener.subscribe(d, channel)
+	default:
 		stopListener = startService(ctx, func(ctx context.Context) { d.listen(ctx, channel) })
 	}
 	if keep := mode.Keeper(ctx); keep != nil {

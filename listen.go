@@ -77,15 +77,23 @@ func (d *Dispatcher) notified(payload string) {
 // probeTimeout bounds the wait for the listener's own probe notification.
 const probeTimeout = 2 * time.Second
 
-// probe sends a notification on the channel from another session, as a
-// producer would, and waits for it on the listening connection. Behind a
-// transaction pooler LISTEN succeeds but notifications never come back;
-// the relay then only polls, which it says once, with the fix. Other
-// notifications arriving meanwhile are wake-ups as usual.
+// probe checks, once per dispatcher, that the channel's notifications
+// arrive (see probeNotifications); others arriving meanwhile are wake-ups
+// as usual.
 func (d *Dispatcher) probe(ctx context.Context, conn *pgx.Conn, channel string) error {
-	payload := "outboxd-probe-" + d.cfg.Owner
-	if err := store.Notify(ctx, d.pool, channel, payload); err != nil {
-		d.log.WarnContext(ctx, "could not send the notification probe", slog.Any("error", err))
+	return probeNotifications(ctx, conn, d.pool, channel, "outboxd-probe-"+d.cfg.Owner, d.log, d.cfg.PollInterval,
+		func(_, payload string) { d.notified(payload) })
+}
+
+// probeNotifications sends payload on channel from another session, as a
+// producer would, and waits for it on conn, which LISTENs there; other
+// notifications arriving meanwhile go to other. Behind a transaction
+// pooler LISTEN succeeds but notifications never come back: the relay
+// then only polls, which is said once, with the fix.
+func probeNotifications(ctx context.Context, conn *pgx.Conn, db store.DB, channel, payload string, log *slog.Logger,
+	poll time.Duration, other func(channel, payload string)) error {
+	if err := store.Notify(ctx, db, channel, payload); err != nil {
+		log.WarnContext(ctx, "could not send the notification probe", slog.Any("error", err))
 		return nil
 	}
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
@@ -96,20 +104,22 @@ func (d *Dispatcher) probe(ctx context.Context, conn *pgx.Conn, channel string) 
 			if ctx.Err() != nil || pctx.Err() == nil {
 				return err
 			}
-			d.log.WarnContext(ctx, "notifications do not arrive (a transaction pooler such as PgBouncer in transaction mode?): "+
+			attrs := []any{slog.String("channel", channel), slog.Duration("waited", probeTimeout)}
+			if poll > 0 {
+				attrs = append(attrs, slog.Duration("poll_interval", poll))
+			}
+			log.WarnContext(ctx, "notifications do not arrive (a transaction pooler such as PgBouncer in transaction mode?): "+
 				"the relay falls back to polling every poll interval; connect the dispatcher to the server directly "+
-				"or through session pooling, or run with --no-notify (DisableNotify) to say so",
-				slog.String("channel", channel), slog.Duration("waited", probeTimeout),
-				slog.Duration("poll_interval", d.cfg.PollInterval))
+				"or through session pooling, or run with --no-notify (DisableNotify) to say so", attrs...)
 			// Listening goes on: should notifications start to arrive,
 			// they wake the dispatcher.
 			return nil
 		}
 		if n.Payload == payload {
-			d.log.DebugContext(ctx, "notification probe arrived", slog.String("channel", channel))
+			log.DebugContext(ctx, "notification probe arrived", slog.String("channel", channel))
 			return nil
 		}
-		d.notified(n.Payload)
+		other(n.Channel, n.Payload)
 	}
 }
 

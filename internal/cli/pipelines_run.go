@@ -101,9 +101,11 @@ type pipelineRun struct {
 	print string // its fingerprint
 	table string
 	setup *runSetup
-	stop  context.CancelFunc
-	done  chan struct{}
-	err   error
+	// listener is its database's shared LISTEN connection.
+	listener *outbox.Listener
+	stop     context.CancelFunc
+	done     chan struct{}
+	err      error
 }
 
 // daemon runs every pipeline of the file: one pool per database, each
@@ -121,9 +123,11 @@ type daemon struct {
 	reg    *prometheus.Registry // with group, nil unless --metrics-addr
 	group  *metrics.Group
 	pools  map[string]*pgxpool.Pool // by DSN
-	mu     sync.Mutex
-	runs   map[string]*pipelineRun // by table
-	wg     sync.WaitGroup
+	// listeners are each database's one LISTEN connection, by DSN.
+	listeners map[string]*outbox.Listener
+	mu        sync.Mutex
+	runs      map[string]*pipelineRun // by table
+	wg        sync.WaitGroup
 }
 
 func runPipelines(ctx context.Context, e *env, s *runSetup, args []string) error {
@@ -134,7 +138,7 @@ func runPipelines(ctx context.Context, e *env, s *runSetup, args []string) error
 	if err != nil {
 		return err
 	}
-	d := &daemon{e: e, s: s, args: args, logger: logger, pools: map[string]*pgxpool.Pool{}, runs: map[string]*pipelineRun{}}
+	d := &daemon{e: e, s: s, args: args, logger: logger, pools: map[string]*pgxpool.Pool{}, listeners: map[string]*outbox.Listener{}, runs: map[string]*pipelineRun{}}
 	// Every pipeline's settings are checked before anything starts.
 	l, err := d.load(s)
 	if err != nil {
@@ -254,9 +258,9 @@ func (d *daemon) load(s *runSetup) (loaded, error) {
 }
 
 // openPools opens the pool of each database l names that has none yet:
-// the tables relayed there share it for their statements (each dispatcher
-// LISTENs on a connection of its own). It has 8 connections and 2 more
-// per pipeline naming the database.
+// the tables relayed there share it for their statements, and one LISTEN
+// connection for their wake-ups. It has 8 connections and 2 more per
+// pipeline naming the database.
 func (d *daemon) openPools(ctx context.Context, l loaded) error {
 	perDB := map[string]int{}
 	for _, dsn := range l.dsns {
@@ -271,6 +275,7 @@ func (d *daemon) openPools(ctx context.Context, l loaded) error {
 			return fmt.Errorf("pipeline %q: %w", l.names[i], err)
 		}
 		d.pools[dsn] = pool
+		d.listeners[dsn] = outbox.NewListener(pool, d.logger)
 	}
 	return nil
 }
@@ -315,7 +320,7 @@ func (d *daemon) discover(ctx context.Context) {
 			if isPattern(p.table) {
 				name = p.name + "/" + t
 			}
-			d.start(ctx, p, name, t, key, pool)
+			d.start(ctx, p, name, t, key, pool, d.listeners[d.dsns[i]])
 		}
 	}
 	d.mu.Lock()
@@ -343,7 +348,7 @@ func (d *daemon) runningOf(pipeline string) map[string]*pipelineRun {
 }
 
 // start runs one table under p unless it runs already.
-func (d *daemon) start(ctx context.Context, p *pipelineSpec, name, table, key string, pool *pgxpool.Pool) {
+func (d *daemon) start(ctx context.Context, p *pipelineSpec, name, table, key string, pool *pgxpool.Pool, listener *outbox.Listener) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.runs[key] != nil {
@@ -358,7 +363,7 @@ func (d *daemon) start(ctx context.Context, p *pipelineSpec, name, table, key st
 		ps.group = &pipelineMetrics{reg: d.reg, group: d.group, pipeline: p.name, name: name}
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	r := &pipelineRun{name: name, spec: p.name, print: d.prints[p.name], table: table, setup: ps, stop: cancel, done: make(chan struct{})}
+	r := &pipelineRun{name: name, spec: p.name, print: d.prints[p.name], table: table, setup: ps, listener: listener, stop: cancel, done: make(chan struct{})}
 	d.runs[key] = r
 	logger := d.logger.With(slog.String("pipeline", name))
 	logger.Info("starting a pipeline", slog.String("table", table))
@@ -393,6 +398,7 @@ func (r *pipelineRun) once(ctx context.Context, e *env, pool *pgxpool.Pool, logg
 	if err != nil {
 		return err
 	}
+	cfg.Listener = r.listener
 	sink, router, err := s.openSinks(e, logger, nil)
 	if err != nil {
 		return err

@@ -127,9 +127,18 @@ pipelines:
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
-	p := start(t, bin, envWith(dsn), nil, "run", "--config", file, "--discover-interval", "300ms", "--poll-interval", "200ms", "--metrics-addr", addr)
+	app := "pipelines-" + base
+	appDSN := dsn + map[bool]string{true: "&", false: "?"}[strings.Contains(dsn, "?")] + "application_name=" + app
+	p := start(t, bin, envWith(appDSN), nil, "run", "--config", file, "--discover-interval", "300ms", "--poll-interval", "200ms", "--metrics-addr", addr)
 	require.Eventually(t, func() bool { return strings.Count(p.stderr.String(), "starting a pipeline") == 4 },
 		30*time.Second, 20*time.Millisecond, "stderr:\n%s", p.stderr)
+	// The four tables of the database share one LISTEN connection.
+	require.Eventually(t, func() bool {
+		var n int
+		err := testdb.Pool(t).QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND query ~ '^(UN)?LISTEN '`, app).Scan(&n)
+		return err == nil && n == 1
+	}, 10*time.Second, 20*time.Millisecond, "one listening connection for the database")
 	// One /metrics for all, each series with its pipeline and table; one
 	// /readyz, ready once every pipeline is.
 	get := func(path string) (int, string) {
