@@ -43,11 +43,12 @@ type Dispatcher struct {
 	// chains are the run's chains, when its mode chains an aggregate's
 	// messages: a hung publish releases what waits behind it.
 	chains atomic.Pointer[chains]
-	// probed is set once the listener sent its notification probe.
-	probed  atomic.Bool
-	stats   counters
-	breaker breaker
-	sizer   *claimSizer
+	// listener is the LISTEN connection it hears its table on:
+	// Config.Listener, or one of its own.
+	listener *Listener
+	stats    counters
+	breaker  breaker
+	sizer    *claimSizer
 
 	// clock is the engine's time (the wall clock when nil; tests set
 	// their own).
@@ -79,7 +80,7 @@ func NewDispatcher(pool *pgxpool.Pool, sink Sink, cfg *Config) (*Dispatcher, err
 	if hook == nil {
 		hook = BaseHook{}
 	}
-	return &Dispatcher{
+	d := &Dispatcher{
 		hook:  hook,
 		cfg:   c,
 		pool:  pool,
@@ -88,7 +89,13 @@ func NewDispatcher(pool *pgxpool.Pool, sink Sink, cfg *Config) (*Dispatcher, err
 		log:   c.Logger.With(slog.String("component", "dispatcher"), slog.String("owner", c.Owner)),
 		wake:  make(chan struct{}, 1),
 		sizer: newClaimSizer(c),
-	}, nil
+	}
+	d.listener = c.Listener
+	if d.listener == nil {
+		// A connection of its own, probed once whatever the runs.
+		d.listener = newListener(pool, d.log, c.PollInterval)
+	}
+	return d, nil
 }
 
 // Config returns the dispatcher's effective configuration.
@@ -182,12 +189,8 @@ func (d *Dispatcher) run(ctx context.Context, drain bool) error {
 	}
 	var stopListener, stopKeeper func()
 	stopBeater := startService(ctx, d.newBeater(leases).run)
-	switch {
-	case d.cfg.DisableNotify:
-	case d.cfg.Listener != nil:
-		stopListener = d.cfg.Listener.subscribe(d, channel)
-	default:
-		stopListener = startService(ctx, func(ctx context.Context) { d.listen(ctx, channel) })
+	if !d.cfg.DisableNotify {
+		stopListener = d.listener.subscribe(d, channel)
 	}
 	if keep := mode.Keeper(ctx); keep != nil {
 		// The leases are kept through shutdown, while in-flight

@@ -3,6 +3,8 @@ package outbox
 import (
 	"context"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,6 +30,7 @@ import (
 type Listener struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
+	poll time.Duration
 
 	// life orders the connection's starts and stops: one runs at a time.
 	life sync.Mutex
@@ -57,8 +60,13 @@ func NewListener(pool *pgxpool.Pool, logger *slog.Logger) *Listener {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Listener{pool: pool, log: logger.With(slog.String("component", "listener")),
-		subs: map[string]map[*listenSub]struct{}{}, changed: make(chan struct{}, 1)}
+	return newListener(pool, logger.With(slog.String("component", "listener")), 0)
+}
+
+// newListener is a Listener logging to log; poll, when set, is the poll
+// interval its dispatchers fall back to, said with the pooler warning.
+func newListener(pool *pgxpool.Pool, log *slog.Logger, poll time.Duration) *Listener {
+	return &Listener{pool: pool, log: log, poll: poll, subs: map[string]map[*listenSub]struct{}{}, changed: make(chan struct{}, 1)}
 }
 
 // subscribe makes d hear channel's notifications; the function returned
@@ -158,7 +166,7 @@ func (l *Listener) runOnce(ctx context.Context, connected func()) error {
 		return err
 	}
 	connected()
-	if err := l.probeOnce(ctx, conn); err != nil {
+	if err := l.probeOnce(ctx, conn, listened); err != nil {
 		return err
 	}
 	for {
@@ -261,13 +269,14 @@ func (l *Listener) deliver(channel, payload string) {
 	}
 }
 
-// probeChannel is the channel the Listener's probe goes out on.
-const probeChannel = "outboxd_listener_probe"
-
 // probeOnce sends, on the Listener's first connection, a notification from
-// another session and waits for it (see probeNotifications): behind a
-// transaction pooler notifications never arrive, which is said once.
-func (l *Listener) probeOnce(ctx context.Context, conn *pgx.Conn) error {
+// another session on a channel it listens on, and waits for it (see
+// probe): behind a transaction pooler notifications never
+// arrive, which is said once.
+func (l *Listener) probeOnce(ctx context.Context, conn *pgx.Conn, listened map[string]bool) error {
+	if len(listened) == 0 {
+		return nil // every dispatcher left already: the next connection probes
+	}
 	l.mu.Lock()
 	probed := l.probed
 	l.probed = true
@@ -275,12 +284,47 @@ func (l *Listener) probeOnce(ctx context.Context, conn *pgx.Conn) error {
 	if probed {
 		return nil
 	}
-	if _, err := conn.Exec(ctx, store.Listen(probeChannel)); err != nil {
-		return err
+	return l.probe(ctx, conn, slices.Min(slices.Collect(maps.Keys(listened))))
+}
+
+// probeTimeout bounds the wait for the listener's own probe notification.
+const probeTimeout = 2 * time.Second
+
+// probe sends a notification on channel from another session, as a
+// producer would, and waits for it on conn, which LISTENs there; others
+// arriving meanwhile are delivered as usual. Behind a transaction pooler
+// LISTEN succeeds but notifications never come back: the relay then only
+// polls, which is said once, with the fix.
+func (l *Listener) probe(ctx context.Context, conn *pgx.Conn, channel string) error {
+	const payload = "outboxd-listener-probe"
+	log := l.log
+	if err := store.Notify(ctx, l.pool, channel, payload); err != nil {
+		log.WarnContext(ctx, "could not send the notification probe", slog.Any("error", err))
+		return nil
 	}
-	if err := probeNotifications(ctx, conn, l.pool, probeChannel, "outboxd-listener-probe", l.log, 0, l.deliver); err != nil {
-		return err
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	for {
+		n, err := conn.WaitForNotification(pctx)
+		if err != nil {
+			if ctx.Err() != nil || pctx.Err() == nil {
+				return err
+			}
+			attrs := []any{slog.String("channel", channel), slog.Duration("waited", probeTimeout)}
+			if l.poll > 0 {
+				attrs = append(attrs, slog.Duration("poll_interval", l.poll))
+			}
+			log.WarnContext(ctx, "notifications do not arrive (a transaction pooler such as PgBouncer in transaction mode?): "+
+				"the relay falls back to polling every poll interval; connect the dispatcher to the server directly "+
+				"or through session pooling, or run with --no-notify (DisableNotify) to say so", attrs...)
+			// Listening goes on: should notifications start to arrive,
+			// they wake the dispatcher.
+			return nil
+		}
+		if n.Payload == payload {
+			log.DebugContext(ctx, "notification probe arrived", slog.String("channel", channel))
+			return nil
+		}
+		l.deliver(n.Channel, n.Payload)
 	}
-	_, err := conn.Exec(ctx, "UNLISTEN "+pgx.Identifier{probeChannel}.Sanitize())
-	return err
 }
