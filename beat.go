@@ -24,7 +24,17 @@ type beater struct {
 	// window holds the delivered count at each beat of the last minute.
 	window  rateWindow
 	failing bool
+	// wrote is when the last beat was written, and quiet whether it
+	// reported the dispatcher idle.
+	wrote time.Time
+	quiet bool
 }
+
+// idleBeats is how many beats an idle dispatcher lets pass between the
+// beats it writes: a thousand idle tables would otherwise write a hundred
+// rows a second. Its row says so (the beat's interval), so it is listed as
+// live for three of these longer beats.
+const idleBeats = 6
 
 // beatEvery is how often a dispatcher reports itself: a third of its
 // lease, between one and ten seconds. Live means seen within three beats.
@@ -65,6 +75,14 @@ func (b *beater) beat(ctx context.Context, first bool) {
 	done := b.d.stats.of(OutcomeDone)
 	beat := b.base
 	beat.First, beat.InFlight, beat.Delivered1m = first, b.leases.Len(), b.window.add(now, done)
+	quiet := beat.InFlight == 0 && beat.Delivered1m == 0
+	if quiet {
+		if !first && b.quiet && !b.failing && now.Sub(b.wrote) < (idleBeats-1)*b.base.Every {
+			return
+		}
+		beat.Every = idleBeats * b.base.Every
+	}
+	b.wrote, b.quiet = now, quiet
 	bctx, cancel := context.WithTimeout(ctx, b.base.Every)
 	defer cancel()
 	err := b.d.store.Beat(bctx, b.d.pool, beat)

@@ -54,3 +54,35 @@ func TestStatusListsLiveDispatchers(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, st.Dispatchers, "a stopped dispatcher deletes its row")
 }
+
+// An idle dispatcher writes its beat a sixth as often, and says so in its
+// row, so it stays listed as live; once busy it beats at its pace again.
+func TestIdleDispatcherBeatsLess(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := newRecorder(nil)
+	d := b.dispatcher(t, rec.Sink(), &outbox.Config{Owner: "quiet-one", Lease: 3 * time.Second}) // beats every second
+	start(t, d)
+	row := func() (beat time.Duration, seen time.Time) {
+		var us int64
+		// No row before the first beat: a zero beat.
+		_ = b.pool.QueryRow(t.Context(),
+			"SELECT beat_us, last_seen FROM "+b.schema+".outbox_dispatchers WHERE owner = 'quiet-one'").Scan(&us, &seen)
+		return time.Duration(us) * time.Microsecond, seen
+	}
+	require.Eventually(t, func() bool { beat, _ := row(); return beat == 6*time.Second }, 10*time.Second, 20*time.Millisecond,
+		"an idle dispatcher's row says it beats every six seconds")
+	_, seen := row()
+	time.Sleep(2500 * time.Millisecond) // two beats and a half: none written
+	beat, again := row()
+	require.Equal(t, 6*time.Second, beat)
+	require.Equal(t, seen, again, "no beat written while idle")
+	st, err := b.admin.Status(t.Context())
+	require.NoError(t, err)
+	require.Len(t, st.Dispatchers, 1, "listed as live")
+
+	b.enqueueN(t, 1, "a")
+	rec.waitLen(t, 1, 10*time.Second)
+	require.Eventually(t, func() bool { beat, _ := row(); return beat == time.Second }, 10*time.Second, 20*time.Millisecond,
+		"having delivered within the minute, it beats every second again")
+}

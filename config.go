@@ -40,6 +40,8 @@ const (
 	DeferDelayDefault      = 30 * time.Second
 	DeferMaxAgeDefault     = 7 * 24 * time.Hour
 	FetchCooldownDefault   = 50 * time.Millisecond
+	// IdlePollMaxFactor times PollInterval is the default IdlePollMax.
+	IdlePollMaxFactor = 30
 )
 
 // NoAttemptHistory is the [Config.AttemptHistory] that records none.
@@ -167,6 +169,17 @@ type Config struct {
 	// notification wakes it (retries coming due, or no NOTIFY). Defaults to 1s.
 	PollInterval time.Duration
 
+	// IdlePollMax is how far apart the polls of an idle dispatcher grow
+	// while notifications wake it: each poll that finds nothing doubles
+	// the wait, from PollInterval up to IdlePollMax, and a claim that finds
+	// rows starts it again at PollInterval. A retry or defer this
+	// dispatcher wrote is polled for when it comes due, whatever the wait.
+	// Without notifications (the listener down, or DisableNotify) it polls
+	// every PollInterval. A thousand idle tables cost the database a
+	// thousand claims per PollInterval without it. Defaults to 30 times
+	// PollInterval; PollInterval turns the back-off off.
+	IdlePollMax time.Duration
+
 	// PublishTimeout bounds one Publish call. Without heartbeats it must be
 	// at most half the Lease, so a publish that times out still finishes with
 	// its lease held. Defaults to 10s or half the Lease, whichever is
@@ -220,6 +233,7 @@ func (c *Config) WithDefaults() *Config {
 	def(&out.FetchCooldown, FetchCooldownDefault)
 	def(&out.Lease, LeaseDefault)
 	def(&out.PollInterval, PollIntervalDefault)
+	def(&out.IdlePollMax, max(min(IdlePollMaxFactor*out.PollInterval, maxPollInterval), out.PollInterval))
 	def(&out.PublishTimeout, min(PublishTimeoutDefault, out.Lease/2))
 	def(&out.RetryBase, RetryBaseDefault)
 	def(&out.RetryCap, RetryCapDefault)
@@ -273,6 +287,7 @@ func (c *Config) validateBounds() *ConfigError {
 	}{
 		{"Lease", c.Lease, maxLease},
 		{"PollInterval", c.PollInterval, maxPollInterval},
+		{"IdlePollMax", c.IdlePollMax, maxPollInterval},
 		{"RetryCap", c.RetryCap, maxRetryCap},
 		{"DeferDelay", c.DeferDelay, maxDeferDelay},
 		{"DeferMaxAge", c.DeferMaxAge, maxDeferMaxAge},
@@ -325,6 +340,8 @@ func (c *Config) validate() *ConfigError {
 		return invalid("FetchCooldown", "must not be negative, got %s", c.FetchCooldown)
 	case c.PollInterval <= 0:
 		return invalid("PollInterval", "must be positive, got %s", c.PollInterval)
+	case c.IdlePollMax < c.PollInterval:
+		return conflict("IdlePollMax", "PollInterval", "(%[2]s) must be at least %[1]s (%[3]s)", c.IdlePollMax, c.PollInterval)
 	case c.RetryBase < 0:
 		return invalid("RetryBase", "must not be negative, got %s", c.RetryBase)
 	case c.RetryCap < 0:

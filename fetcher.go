@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"log/slog"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -65,6 +66,14 @@ type fetcher struct {
 	// than the mode knows; dueAt is when the mode last looked again.
 	due   *atomic.Bool
 	dueAt time.Time
+	// comesDue is when the earliest retry or defer the dispatcher wrote
+	// comes due (see Dispatcher.comesDue).
+	comesDue *atomic.Int64
+	// idleEvery is the idle wait of a registered listener: PollInterval,
+	// doubled by each poll that found nothing, up to IdlePollMax.
+	idleEvery time.Duration
+	// polled is whether the last sleep ended on its timer.
+	polled bool
 
 	drain  bool // return once nothing is left to deliver
 	slots  *slots
@@ -91,12 +100,13 @@ type fetchConfig struct {
 	batch       int
 	cooldown    time.Duration // FetchCooldown
 	poll        time.Duration // PollInterval
+	idleMax     time.Duration // IdlePollMax
 	owner       string        // its waiter row's
 	idNamespace string        // stamped on each message
 }
 
 func (c *Config) fetchConfig() fetchConfig {
-	return fetchConfig{batch: c.BatchSize, cooldown: c.FetchCooldown, poll: c.PollInterval, owner: c.Owner, idNamespace: c.IDNamespace}
+	return fetchConfig{batch: c.BatchSize, cooldown: c.FetchCooldown, poll: c.PollInterval, idleMax: c.IdlePollMax, owner: c.Owner, idNamespace: c.IDNamespace}
 }
 
 // run claims until ctx is done, or in drain mode until nothing is left.
@@ -178,8 +188,13 @@ func (f *fetcher) step(ctx context.Context) bool {
 	if took, tries, ended := f.down.Recovered(f.clock.Now()); ended {
 		f.log.InfoContext(ctx, "claims succeed again", slog.Duration("failing_for", took), slog.Int("failed_claims", tries))
 	}
-	if f.clearWait {
+	switch {
+	case f.clearWait:
 		f.clearWait, f.waiting = false, false
+	case f.waiting && len(rows) > 0:
+		// A poll found rows while registered: busy now, the next claim
+		// takes the waiter row away, so producers stop notifying.
+		f.clearWait = true
 	}
 	if f.chains != nil {
 		rows = f.admit(rows)
@@ -303,6 +318,15 @@ func (f *fetcher) claimFailed(ctx context.Context, err error) bool {
 
 // idle waits after a claim found nothing claimable. In drain mode it
 // returns false once nothing is left to deliver.
+//
+// A dispatcher whose producers' commits wake it (listening, its waiter row
+// registered) needs its polls only for what no commit announces: leases
+// run out, retries written by others come due. Those polls back off, from
+// PollInterval doubling to IdlePollMax, and keep the waiter row: a
+// thousand idle tables cost a thousand statements per IdlePollMax, not
+// three thousand per PollInterval. The first polls after registering come
+// soon, so that a row whose insert began before the registration and
+// committed after its sweep waits about as long as its transaction ran.
 func (f *fetcher) idle(ctx context.Context) bool {
 	if f.drain {
 		if f.slots.inUse() > 0 {
@@ -324,8 +348,8 @@ func (f *fetcher) idle(ctx context.Context) bool {
 		// Register as idle, then look once more, everywhere (Sweep): a row
 		// committed before the registration was visible to producers
 		// would otherwise wait a whole poll interval.
-		if err := f.store.Wait(ctx, f.pool, f.cfg.owner, 3*f.cfg.poll); err == nil {
-			f.waiting, f.registeredAt = true, f.clock.Now()
+		if err := f.register(ctx); err == nil {
+			f.idleEvery = f.cfg.poll
 			f.mode.Sweep()
 			// The claim that follows sees every commit that notified so
 			// far: a wake-up already pending (the listener's start, say)
@@ -338,23 +362,80 @@ func (f *fetcher) idle(ctx context.Context) bool {
 			return true
 		}
 	}
-	f.hook.OnIdle(IdleEvent{Registered: f.waiting && f.listening.Load(), Wait: f.cfg.poll})
-	if !f.sleep(ctx, f.headFreed(), f.cfg.poll) {
+	registered := f.waiting && f.listening.Load()
+	wait := f.cfg.poll
+	if registered {
+		wait = f.idleWait()
+	}
+	f.hook.OnIdle(IdleEvent{Registered: registered, Wait: wait})
+	if !f.sleep(ctx, f.headFreed(), wait) {
 		return false
+	}
+	if registered && f.polled && f.listening.Load() {
+		// No commit woke us: still idle, and still registered. The claim
+		// looks everywhere: it is for what no commit announced.
+		f.backOff(ctx)
+		f.mode.Sweep()
+		return true
 	}
 	f.clearWait = f.waiting
 	return true
 }
 
+// register records the fetcher as an idle listener (its waiter row) for
+// four of its longest idle waits; backOff renews it after two.
+func (f *fetcher) register(ctx context.Context) error {
+	if err := f.store.Wait(ctx, f.pool, f.cfg.owner, 4*f.cfg.idleMax); err != nil {
+		return err
+	}
+	f.waiting, f.registeredAt = true, f.clock.Now()
+	return nil
+}
+
+// idleWait is how long a registered idle fetcher sleeps: its back-off
+// spread by ±20% (tables started together drift apart), ending at the
+// latest when a retry or defer it wrote comes due.
+func (f *fetcher) idleWait() time.Duration {
+	wait := f.idleEvery
+	if wait > f.cfg.poll {
+		wait = time.Duration(float64(wait) * (0.8 + 0.4*rand.Float64()))
+	}
+	if due := f.comesDue.Load(); due != 0 {
+		wait = max(min(wait, time.Unix(0, due).Sub(f.clock.Now())), 0)
+	}
+	return wait
+}
+
+// backOff follows a poll that no commit woke: the next wait doubles, but a
+// retry or defer that came due starts the back-off again (the database's
+// clock may run behind ours: it is looked for again soon); the waiter row
+// is renewed before it runs out.
+func (f *fetcher) backOff(ctx context.Context) {
+	now := f.clock.Now()
+	if due := f.comesDue.Load(); due != 0 && !now.Before(time.Unix(0, due)) {
+		f.comesDue.CompareAndSwap(due, 0)
+		f.idleEvery = f.cfg.poll
+	} else {
+		f.idleEvery = min(2*f.idleEvery, f.cfg.idleMax)
+	}
+	if f.clock.Since(f.registeredAt) >= 2*f.cfg.idleMax {
+		if f.register(ctx) != nil {
+			f.clearWait = true // idle registers again after the claim
+		}
+	}
+}
+
 // sleep waits for dur, a notification or extra; false when ctx ended.
 func (f *fetcher) sleep(ctx context.Context, extra <-chan struct{}, dur time.Duration) bool {
 	f.poll.Reset(dur)
+	f.polled = false
 	select {
 	case <-ctx.Done():
 		return false
 	case <-f.wake:
 	case <-extra:
 	case <-f.poll.C:
+		f.polled = true
 	}
 	return true
 }

@@ -185,3 +185,45 @@ func TestFetcherOutageIsQuiet(t *testing.T) {
 	within(t, done, "the drain's return")
 	require.Equal(t, []string{"ERROR claim failed; retrying", "INFO claims succeed again"}, logs.atLeast(slog.LevelInfo))
 }
+
+// A registered idle fetcher's polls back off: each poll that finds nothing
+// doubles the wait, spread by at most a fifth, up to IdlePollMax; a retry
+// it wrote ends the wait when it comes due, and once due starts the
+// back-off again from PollInterval.
+func TestFetcherIdleBackOff(t *testing.T) {
+	t.Parallel()
+	cfg := stageConfig(3, 2)
+	cfg.PollInterval, cfg.IdlePollMax = time.Second, 10*time.Second
+	now := time.Unix(1000, 0)
+	f, _, _ := newTestFetcher(cfg, &fakeMode{}, BaseHook{}, false, nil)
+	f.clock = func() time.Time { return now }
+	f.comesDue = &atomic.Int64{}
+	f.idleEvery, f.registeredAt = cfg.PollInterval, now
+
+	var grown []time.Duration
+	for range 6 {
+		grown = append(grown, f.idleEvery)
+		wait := f.idleWait()
+		require.GreaterOrEqual(t, wait, f.idleEvery*4/5, "spread by at most a fifth")
+		require.LessOrEqual(t, wait, f.idleEvery*6/5, "spread by at most a fifth")
+		f.backOff(t.Context())
+	}
+	require.Equal(t, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second, 10 * time.Second}, grown)
+
+	f.comesDue.Store(now.Add(1500 * time.Millisecond).UnixNano())
+	require.Equal(t, 1500*time.Millisecond, f.idleWait(), "woken when the retry comes due")
+	f.backOff(t.Context())
+	require.Equal(t, 10*time.Second, f.idleEvery, "not due yet: the back-off goes on")
+	now = now.Add(1500 * time.Millisecond)
+	require.Zero(t, f.idleWait(), "due now")
+	f.backOff(t.Context())
+	require.Equal(t, cfg.PollInterval, f.idleEvery, "came due: polled for again soon")
+	require.Zero(t, f.comesDue.Load(), "forgotten once due")
+
+	// The earliest of the retries written counts.
+	d := &Dispatcher{}
+	d.dueAt(now.Add(5 * time.Second))
+	d.dueAt(now.Add(2 * time.Second))
+	d.dueAt(now.Add(9 * time.Second))
+	require.Equal(t, now.Add(2*time.Second).UnixNano(), d.comesDue.Load())
+}

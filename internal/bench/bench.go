@@ -47,6 +47,11 @@ type Config struct {
 	// producers for Duration, through an HTTP sink HTTPSink opens.
 	Latency bool
 	Rate    int
+	// Tenants, when positive, measures that many tenant tables relayed by
+	// one process (idle cost, then a burst of Messages over them all),
+	// their pool set up by TenantPool as the daemon sets up its own.
+	Tenants    int
+	TenantPool func(*pgxpool.Config)
 	// Keep leaves the bench schemas in place.
 	Keep bool
 	// Shards, when positive, sets each table up with that many shards
@@ -82,6 +87,8 @@ func New(pool *pgxpool.Pool, cfg *Config) *Benchmarker { return &Benchmarker{poo
 // Run runs what the configuration asks for and prints its results.
 func (b *Benchmarker) Run(ctx context.Context) error {
 	switch {
+	case b.cfg.Tenants > 0:
+		return b.tenants(ctx)
 	case b.cfg.Latency:
 		return b.latency(ctx)
 	case b.cfg.Producers > 0:

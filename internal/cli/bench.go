@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	flag "github.com/spf13/pflag"
 
 	"github.com/outboxd/outbox"
@@ -33,6 +34,7 @@ type benchOpts struct {
 	holdSnap  bool
 	holdWrite bool
 	cpuProf   string
+	tenants   int
 }
 
 // shardCount is how many shards the bench tables get: none unless the
@@ -49,7 +51,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		o  benchOpts
 		lf logFlags
 	)
-	c := newDBCommand(e, "bench", "bench [--messages N] [--done-rows N] [--variant lease|seed|both] [--sink URL] [--producers N --duration DUR] [--latency --rate N --producers N --duration DUR]", &lf, &o)
+	c := newDBCommand(e, "bench", "bench [--messages N] [--done-rows N] [--variant lease|seed|both] [--sink URL] [--producers N --duration DUR] [--latency --rate N --producers N --duration DUR] [--tenants N]", &lf, &o)
 	if err := c.parse(e, args); err != nil {
 		return err
 	}
@@ -98,6 +100,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		Messages: o.messages, DoneRows: o.doneRows, Aggregates: o.aggs, Variant: o.variant,
 		Producers: o.producers, Rounds: o.rounds, Duration: o.duration,
 		Latency: o.latency, Rate: o.rate, Keep: o.keep, Shards: o.shardCount(),
+		Tenants: o.tenants, TenantPool: func(cfg *pgxpool.Config) { daemonPool(cfg, 1, c.db.resolveDSN(e)) },
 		Cursor:       outbox.LeaseMode(o.rf.leaseMode) == outbox.LeaseCursor,
 		HoldSnapshot: o.holdSnap, HoldWriter: o.holdWrite,
 		Sink: sink,
@@ -124,6 +127,7 @@ func (o *benchOpts) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.holdWrite, "hold-writer", false, "while each drain runs, another session holds a transaction that has written (its id stays in progress)")
 	fs.StringVar(&o.cpuProf, "cpu-profile", "", "write the relay's CPU profile of the whole run to FILE (go tool pprof FILE)")
 	fs.BoolVar(&o.latency, "latency", false, "instead of draining: measure delivery latency at --rate inserts/s from --producers (default 4) through the HTTP sink to a local receiver")
+	fs.IntVar(&o.tenants, "tenants", 0, "instead of draining: relay N tenant tables in one process as run --config does a pattern's (one pool, one LISTEN connection) and measure their connections, queries/s and CPU while idle for --duration (default 30s), then the throughput of --messages (default 100 per tenant, at least 20,000) inserted over them all at once")
 	fs.IntVar(&o.rate, "rate", 1000, "with --latency: single-row insert transactions per second, across all producers")
 }
 
@@ -138,6 +142,20 @@ func (o *benchOpts) check(fs *flag.FlagSet) error {
 	}
 	if (o.holdSnap || o.holdWrite) && (o.latency || o.producers > 0) {
 		return usagef("--hold-snapshot and --hold-writer go with a drain, not with --latency or --producers")
+	}
+	if o.tenants < 0 {
+		return usagef("--tenants must be positive, got %d", o.tenants)
+	}
+	if o.tenants > 0 {
+		if o.latency || o.producers > 0 || o.holdSnap || o.holdWrite || o.variant != "lease" {
+			return usagef("--tenants goes with neither --latency, --producers, --hold-snapshot, --hold-writer nor --variant")
+		}
+		if !fs.Changed("duration") {
+			o.duration = 30 * time.Second
+		}
+		if !fs.Changed("messages") {
+			o.messages = max(20000, 100*o.tenants)
+		}
 	}
 	if o.latency {
 		if fs.Changed("sink") {

@@ -75,6 +75,7 @@ func TestCLI(t *testing.T) {
 		{"BenchDrain", testBenchDrain},
 		{"BenchProducers", testBenchProducers},
 		{"BenchLatency", testBenchLatency},
+		{"BenchTenants", testBenchTenants},
 		{"ShardLeases", testShardLeases},
 		{"SnapshotCursors", testSnapshotCursors},
 		{"Pipelines", testPipelines},
@@ -1447,6 +1448,26 @@ func testBenchProducers(t *testing.T, bin string) {
 	require.Len(t, lines, 4, "one line per phase: no trigger, trigger polling, trigger listening, naive\n%s", r)
 	require.Contains(t, lines[0], "100.0% of no trigger")
 	requireNoSchemasLeft(t, p.cmd.Process.Pid)
+}
+
+// testBenchTenants: bench --tenants relays N tables in one process and
+// reports their idle cost and a burst's throughput, every message of the
+// burst delivered; the schemas are gone afterwards.
+func testBenchTenants(t *testing.T, bin string) {
+	dsn := testdb.DSN(t)
+	p := start(t, bin, envWith(dsn), nil, "bench", "--tenants", "3", "--duration", "1s", "--messages", "300",
+		"--poll-interval", "50ms", "--idle-poll-max", "200ms", "--dsn", dsn)
+	r := p.wait()
+	requireOK(t, r)
+	require.Regexp(t, `(?m)^tenants 3 idle: [0-9]+ connections \(pool max 10\), [0-9.]+ queries/s, -?[0-9.]+ transactions/s on the database, relay CPU [0-9.]+% of a core, server CPU .+$`, r.stdout)
+	require.Regexp(t, `(?m)^tenants 3 burst: 300 messages \(100 per tenant\) delivered in [0-9.]+m?s: [0-9]+ msg/s, at most [0-9]+ connections$`, r.stdout)
+	requireNoSchemasLeft(t, p.cmd.Process.Pid)
+
+	for _, args := range [][]string{{"--tenants", "-1"}, {"--tenants", "2", "--latency"}, {"--tenants", "2", "--variant", "both"}} {
+		bad := start(t, bin, envWith(dsn), nil, append([]string{"bench", "--dsn", dsn}, args...)...).wait()
+		require.Equal(t, 2, bad.code, "%s", bad)
+		require.Equal(t, 1, strings.Count(strings.TrimSpace(bad.stderr), "\n")+1, "one error line: %s", bad)
+	}
 }
 
 func testBenchLatency(t *testing.T, bin string) {

@@ -61,6 +61,15 @@ func (d *dbFlags) poolConfig(e *env) (*pgxpool.Config, error) {
 // connect opens a pool and checks that the server answers. Errors never
 // contain the password.
 func (d *dbFlags) connect(ctx context.Context, e *env, maxConns int32) (*pgxpool.Pool, error) {
+	return d.connectWith(ctx, e, func(cfg *pgxpool.Config) {
+		if maxConns > 0 {
+			cfg.MaxConns = maxConns
+		}
+	})
+}
+
+// connectWith is connect with the pool's settings made by tune.
+func (d *dbFlags) connectWith(ctx context.Context, e *env, tune func(*pgxpool.Config)) (*pgxpool.Pool, error) {
 	dsn := d.resolveDSN(e)
 	cfg, err := d.poolConfig(e)
 	if err != nil {
@@ -71,9 +80,7 @@ func (d *dbFlags) connect(ctx context.Context, e *env, maxConns int32) (*pgxpool
 	if _, set := cfg.ConnConfig.RuntimeParams["application_name"]; !set {
 		cfg.ConnConfig.RuntimeParams["application_name"] = cmp.Or(d.appName, appNameDefault)
 	}
-	if maxConns > 0 {
-		cfg.MaxConns = maxConns
-	}
+	tune(cfg)
 	cfg.ConnConfig.ConnectTimeout = cmpDuration(cfg.ConnConfig.ConnectTimeout, 10*time.Second)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

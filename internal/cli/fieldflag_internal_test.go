@@ -31,7 +31,7 @@ func TestConfigErrorNamesTheFlag(t *testing.T) {
 		_, ok := cfgType.FieldByName(v[0])
 		require.True(t, ok, "--%s names %q, not an outbox.Config field", f.Name, v[0])
 	})
-	require.Equal(t, 19, n, "flags that set a Config field")
+	require.Equal(t, 20, n, "flags that set a Config field")
 
 	s.rf.retryBase, s.rf.retryCap = 2*time.Second, time.Second
 	_, err := s.rf.config("outbox", nil)

@@ -257,10 +257,31 @@ func (d *daemon) load(s *runSetup) (loaded, error) {
 	return l, nil
 }
 
-// openPools opens the pool of each database l names that has none yet:
-// the tables relayed there share it for their statements, and one LISTEN
-// connection for their wake-ups. It has 8 connections and 2 more per
-// pipeline naming the database.
+// Each database's pool (see daemonPool): 8 connections and 2 more per
+// pipeline naming the database, at most maxDaemonConns; one of them is
+// the LISTEN connection.
+const maxDaemonConns = 16
+
+// daemonPool sets up the pool of a database that pipelines pipelines relay
+// from. Its connections are opened as statements need them, and closed
+// after a minute unused: idle tables back off their polls, so a thousand
+// of them keep a few connections open, not what a burst opened. A DSN
+// that sets pool_max_conns keeps it.
+func daemonPool(cfg *pgxpool.Config, pipelines int, dsn string) {
+	if !strings.Contains(dsn, "pool_max_conns") {
+		cfg.MaxConns = int32(min(8+2*pipelines, maxDaemonConns))
+	}
+	if !strings.Contains(dsn, "pool_max_conn_idle_time") {
+		cfg.MaxConnIdleTime = time.Minute
+	}
+	if !strings.Contains(dsn, "pool_health_check_period") {
+		cfg.HealthCheckPeriod = 15 * time.Second
+	}
+}
+
+// openPools opens the pool of each database l names that has none yet
+// (daemonPool): the tables relayed there share it for their statements,
+// and one LISTEN connection for their wake-ups.
 func (d *daemon) openPools(ctx context.Context, l loaded) error {
 	perDB := map[string]int{}
 	for _, dsn := range l.dsns {
@@ -270,7 +291,7 @@ func (d *daemon) openPools(ctx context.Context, l loaded) error {
 		if d.pools[dsn] != nil {
 			continue
 		}
-		pool, err := l.setups[i].db.connect(ctx, d.e, int32(8+2*perDB[dsn]))
+		pool, err := l.setups[i].db.connectWith(ctx, d.e, func(cfg *pgxpool.Config) { daemonPool(cfg, perDB[dsn], dsn) })
 		if err != nil {
 			return fmt.Errorf("pipeline %q: %w", l.names[i], err)
 		}

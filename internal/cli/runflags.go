@@ -13,13 +13,13 @@ import (
 
 // runFlags are the dispatcher options shared by run, demo and bench.
 type runFlags struct {
-	sink                                         string
-	workers, batch, maxAttempts, attemptHistory  int
-	lease, pollInterval, publishTimeout          time.Duration
-	retryBase, retryCap, deferDelay, deferMaxAge time.Duration
-	heartbeat, fetchCooldown                     time.Duration
-	ordered, noNotify                            bool
-	owner, idNamespace, leaseMode                string
+	sink                                             string
+	workers, batch, maxAttempts, attemptHistory      int
+	lease, pollInterval, idlePollMax, publishTimeout time.Duration
+	retryBase, retryCap, deferDelay, deferMaxAge     time.Duration
+	heartbeat, fetchCooldown                         time.Duration
+	ordered, noNotify                                bool
+	owner, idNamespace, leaseMode                    string
 	// fs is the flag set the flags are registered on.
 	fs *flag.FlagSet
 }
@@ -54,6 +54,7 @@ func (r *runFlags) register(fs *flag.FlagSet, defaultSink string) {
 	}{
 		{&r.lease, "lease", "Lease", outbox.LeaseDefault, "lease length"},
 		{&r.pollInterval, "poll-interval", "PollInterval", outbox.PollIntervalDefault, "poll interval when idle (NOTIFY wakes earlier)"},
+		{&r.idlePollMax, "idle-poll-max", "IdlePollMax", 0, "an idle dispatcher that notifications wake polls less and less often, up to this (default 30 x --poll-interval; --poll-interval turns the back-off off)"},
 		{&r.publishTimeout, "publish-timeout", "PublishTimeout", 0, "timeout of one publish, at most half the lease without --heartbeat under row leases (default 10s or half the lease, whichever is shorter)"},
 		{&r.retryBase, "retry-base", "RetryBase", outbox.RetryBaseDefault, "backoff base"},
 		{&r.retryCap, "retry-cap", "RetryCap", outbox.RetryCapDefault, "backoff cap"},
@@ -141,7 +142,7 @@ func (r *runFlags) config(table string, logger *slog.Logger) (*outbox.Config, er
 	}
 	cfg := &outbox.Config{
 		Table: table, Owner: r.owner, Workers: r.workers, BatchSize: r.batch, MaxAttempts: r.maxAttempts,
-		Lease: r.lease, PollInterval: r.pollInterval, PublishTimeout: r.publishTimeout,
+		Lease: r.lease, PollInterval: r.pollInterval, IdlePollMax: r.idlePollMax, PublishTimeout: r.publishTimeout,
 		RetryBase: r.retryBase, RetryCap: r.retryCap, DeferDelay: r.deferDelay, DeferMaxAge: maxAge,
 		Ordered: r.ordered, DisableNotify: r.noNotify, Logger: logger, HeartbeatInterval: r.heartbeat,
 		FetchCooldown: r.fetchCooldown, IDNamespace: r.idNamespace, LeaseMode: outbox.LeaseMode(r.leaseMode),
