@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outbox"
 	"github.com/outboxd/outbox/internal/jsonout"
@@ -80,6 +83,9 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 		}
 		return migratePattern(ctx, e, &c.db, pattern, dryRun, migrate)
 	}
+	if len(c.db.pipelines) > 0 && !c.db.tableGiven {
+		return migratePipelines(ctx, e, &c.db, dryRun, migrate)
+	}
 	return c.withAdmin(ctx, e, func(a *outbox.Admin) error { return migrate(a, c.db.table) })
 }
 
@@ -100,6 +106,91 @@ func migratePattern(ctx context.Context, e *env, db *dbFlags, pattern string, dr
 	if len(tables) == 0 {
 		return fmt.Errorf("--pattern %s matches no outbox table (create one with migrate --table SCHEMA.NAME)", pattern)
 	}
+	failed := migrateEach(e, pool, tables, dryRun, migrate)
+	if len(failed) > 0 {
+		return fmt.Errorf("migrate --pattern: %d of %d tables failed: %s", len(failed), len(tables), strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+// migratePipelines is migrate with a config file's pipelines and no
+// --table: each pipeline's table, and every table a pattern matches now
+// (none is no error: tenants come later), each in its pipeline's
+// database. It goes on past what fails and fails naming it.
+func migratePipelines(ctx context.Context, e *env, db *dbFlags, dryRun bool, migrate func(*outbox.Admin, string) error) error {
+	var failed []string
+	err := eachPipeline(ctx, e, db, "", func(p *pipelineSpec, pool *pgxpool.Pool, tables []string) {
+		fmt.Fprintf(e.stdout, "pipeline %s:\n", p.name)
+		if len(tables) == 0 {
+			fmt.Fprintf(e.stdout, "%s matches no outbox table yet\n", p.table)
+		}
+		failed = append(failed, migrateEach(e, pool, tables, dryRun, migrate)...)
+	})
+	if err != nil {
+		return err
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("migrate --config: %d failed: %s", len(failed), strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+// hasPipeline refuses a --pipeline that names none of the file's ("":
+// every one).
+func (d *dbFlags) hasPipeline(name string) error {
+	if name != "" && !slices.ContainsFunc(d.pipelines, func(p pipelineSpec) bool { return p.name == name }) {
+		return usagef("--pipeline %q: --config %s has no such pipeline", name, d.config)
+	}
+	return nil
+}
+
+// eachPipeline calls f with each pipeline of db's config file (only the
+// one named only, if not empty), a pool on its database and its tables: the
+// one it names, or those its pattern matches now. A pipeline whose
+// database or match fails is reported on stderr and returned as an error
+// naming every one that did, after the others ran.
+func eachPipeline(ctx context.Context, e *env, db *dbFlags, only string, f func(p *pipelineSpec, pool *pgxpool.Pool, tables []string)) error {
+	if err := db.hasPipeline(only); err != nil {
+		return err
+	}
+	var failed []string
+	for i := range db.pipelines {
+		p := &db.pipelines[i]
+		if only != "" && p.name != only {
+			continue
+		}
+		pd := *db
+		pd.pipelines = nil
+		if dsn, ok := p.values["dsn"]; ok {
+			pd.dsn = dsn
+		}
+		pool, err := pd.connect(ctx, e, 4)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "outboxd: pipeline %s: %v\n", p.name, err)
+			failed = append(failed, p.name)
+			continue
+		}
+		tables := []string{p.table}
+		if isPattern(p.table) {
+			tables, err = outbox.MatchTables(ctx, pool, p.table)
+		}
+		if err != nil {
+			fmt.Fprintf(e.stderr, "outboxd: pipeline %s: %v\n", p.name, err)
+			failed = append(failed, p.name)
+		} else {
+			f(p, pool, tables)
+		}
+		pool.Close()
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d %s failed: %s", len(failed), plural(int64(len(failed)), "pipeline", "pipelines"), strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+// migrateEach migrates tables in order, going on past those that fail,
+// and returns them.
+func migrateEach(e *env, pool *pgxpool.Pool, tables []string, dryRun bool, migrate func(*outbox.Admin, string) error) []string {
 	var failed []string
 	for _, t := range tables {
 		a, err := outbox.NewAdmin(pool, t)
@@ -114,10 +205,7 @@ func migratePattern(ctx context.Context, e *env, db *dbFlags, pattern string, dr
 			failed = append(failed, t)
 		}
 	}
-	if len(failed) > 0 {
-		return fmt.Errorf("migrate --pattern: %d of %d tables failed: %s", len(failed), len(tables), strings.Join(failed, ", "))
-	}
-	return nil
+	return failed
 }
 
 func runEnqueue(ctx context.Context, e *env, args []string) error {
@@ -188,8 +276,10 @@ func readPayload(e *env, payload string) (json.RawMessage, error) {
 func runStatus(ctx context.Context, e *env, args []string) error {
 	var asJSON, watch bool
 	var interval time.Duration
-	c := newDBCommand(e, "status", "status [--json] [--watch [--interval DUR]]")
+	var pipeline string
+	c := newDBCommand(e, "status", "status [--json] [--watch [--interval DUR]] [--config FILE [--pipeline NAME]]")
 	c.BoolVar(&asJSON, "json", false, "print JSON (stable shape)")
+	c.StringVar(&pipeline, "pipeline", "", "with a --config file of pipelines: the status of this pipeline's tables only (default every pipeline's)")
 	c.BoolVar(&watch, "watch", false, "refresh a compact view until interrupted")
 	durVar(c.FlagSet, &interval, "interval", 2*time.Second, "refresh interval with --watch")
 	if err := c.parse(e, args); err != nil {
@@ -200,6 +290,15 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	}
 	if interval <= 0 {
 		return usagef("--interval must be positive")
+	}
+	if len(c.db.pipelines) > 0 && !c.db.tableGiven {
+		if watch {
+			return usagef("status --watch shows one table: give --table")
+		}
+		return statusPipelines(ctx, e, &c.db, pipeline, asJSON)
+	}
+	if pipeline != "" {
+		return usagef("--pipeline needs a --config file with pipelines (and no --table)")
 	}
 	return c.withAdmin(ctx, e, func(a *outbox.Admin) error {
 		if watch {
@@ -214,6 +313,63 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		}
 		return printStatus(e.stdout, c.db.table, st)
 	})
+}
+
+// pipelineStatus is one table's status in status --json of pipelines.
+type pipelineStatus struct {
+	Pipeline string         `json:"pipeline"`
+	Table    string         `json:"table"`
+	Status   *outbox.Status `json:"status,omitempty"`
+	Error    string         `json:"error,omitempty"`
+}
+
+// statusPipelines is status with a config file's pipelines and no
+// --table: a block per table of each pipeline (or of the one named), a
+// pattern's tables those it matches now. A table whose status cannot be
+// read is reported and the others printed; the command then fails.
+func statusPipelines(ctx context.Context, e *env, db *dbFlags, only string, asJSON bool) error {
+	if err := db.hasPipeline(only); err != nil {
+		return err
+	}
+	out := []pipelineStatus{}
+	var failed []string
+	err := eachPipeline(ctx, e, db, only, func(p *pipelineSpec, pool *pgxpool.Pool, tables []string) {
+		if len(tables) == 0 && !asJSON {
+			fmt.Fprintf(e.stdout, "pipeline %s: %s matches no outbox table yet\n\n", p.name, p.table)
+		}
+		for _, t := range tables {
+			ps := pipelineStatus{Pipeline: p.name, Table: t}
+			a, err := outbox.NewAdmin(pool, t)
+			if err == nil {
+				ps.Status, err = a.Status(ctx)
+			}
+			if err != nil {
+				ps.Error = strings.Join(strings.Fields(err.Error()), " ")
+				fmt.Fprintf(e.stderr, "outboxd: pipeline %s: table %s: %s\n", p.name, t, ps.Error)
+				failed = append(failed, p.name+" ("+t+")")
+			}
+			out = append(out, ps)
+			if !asJSON && ps.Status != nil {
+				fmt.Fprintf(e.stdout, "pipeline %s\n", p.name)
+				_ = printStatus(e.stdout, t, ps.Status)
+				fmt.Fprintln(e.stdout)
+			}
+		}
+	})
+	if asJSON {
+		if werr := writeJSON(e.stdout, struct {
+			Pipelines []pipelineStatus `json:"pipelines"`
+		}{out}); werr != nil {
+			return werr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("status: failed for %s", strings.Join(failed, ", "))
+	}
+	return nil
 }
 
 // printStatus writes the status table.

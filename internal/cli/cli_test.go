@@ -79,6 +79,7 @@ func TestCLI(t *testing.T) {
 		{"ShardLeases", testShardLeases},
 		{"SnapshotCursors", testSnapshotCursors},
 		{"Pipelines", testPipelines},
+		{"PipelinesAcrossDatabases", testPipelinesAcrossDatabases},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -379,6 +379,12 @@ func parseLayered(e *env, fs *flag.FlagSet, db *dbFlags, args []string) error {
 		}
 		file = f
 	}
-	_, err := applyLayers(fs, file, e.getenv)
-	return err
+	sources, err := applyLayers(fs, file, e.getenv)
+	if err != nil {
+		return err
+	}
+	if file != nil && len(file.pipelines) > 0 {
+		db.config, db.pipelines, db.tableGiven = path, file.pipelines, sources["table"] != fromDefault
+	}
+	return nil
 }

@@ -59,6 +59,9 @@ func runConsole(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if len(tables) == 0 {
+		if err := db.oneTable(); err != nil {
+			return err
+		}
 		tables = tablesFlag{outbox.TableDefault}
 	}
 	logger, err := lf.logger(e.stderr)

@@ -24,6 +24,19 @@ type dbFlags struct {
 	// appName is the application_name the sessions report unless the DSN
 	// or PGAPPNAME names one. Defaults to appNameDefault.
 	appName string
+	// pipelines are those of the config file, if it has any; tableGiven
+	// tells whether --table (or its variable) named a table all the same.
+	pipelines  []pipelineSpec
+	tableGiven bool
+}
+
+// oneTable refuses a command on one table when the config file has
+// pipelines and no table was named: the default table would be a guess.
+func (d *dbFlags) oneTable() error {
+	if len(d.pipelines) > 0 && !d.tableGiven {
+		return usagef("--config %s has pipelines: name the table with --table (SCHEMA.NAME)", d.config)
+	}
+	return nil
 }
 
 // appNameDefault is the application_name of outboxd's sessions, so that
@@ -112,6 +125,9 @@ func describeConnErr(err error) string {
 
 // admin connects and returns an Admin for the table.
 func (d *dbFlags) admin(ctx context.Context, e *env) (*outbox.Admin, *pgxpool.Pool, error) {
+	if err := d.oneTable(); err != nil {
+		return nil, nil, err
+	}
 	if _, err := outbox.NewAdmin(nil, d.table); err != nil {
 		return nil, nil, usagef("--table: %v", err)
 	}

@@ -426,20 +426,11 @@ func (l *logRecorder) next(t *testing.T, prefix string) string {
 // and returns a pool on it.
 func ownDatabase(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	name := "outboxd_" + testdb.NewSchema(t)
-	admin := testdb.Pool(t)
-	_, err := admin.Exec(t.Context(), "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	cfg, err := pgxpool.ParseConfig(testdb.NewDatabase(t))
 	require.NoError(t, err)
-	cfg, err := pgxpool.ParseConfig(testdb.DSN(t))
-	require.NoError(t, err)
-	cfg.ConnConfig.Database = name
 	cfg.MaxConns = 4
 	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		pool.Close()
-		_, err := admin.Exec(context.Background(), "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
-		require.NoError(t, err)
-	})
+	t.Cleanup(pool.Close) // before the database is dropped
 	return pool
 }

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"os"
 	"sync"
 	"testing"
@@ -106,9 +107,7 @@ func NewPool(tb testing.TB, maxConns int32) *pgxpool.Pool {
 func NewSchema(tb testing.TB) string {
 	tb.Helper()
 	p := Pool(tb)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "t_" + hex.EncodeToString(b[:])
+	name := "t_" + randomName()
 	_, err := p.Exec(context.Background(), "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize())
 	require.NoError(tb, err)
 	tb.Cleanup(func() {
@@ -139,4 +138,39 @@ func Main(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// NewDatabase creates a database for this test alone, dropped (its
+// sessions ended) when the test ends, and returns its connection string:
+// the test server's, naming the new database.
+func NewDatabase(tb testing.TB) string {
+	tb.Helper()
+	p := Pool(tb)
+	name := "outboxd_" + randomName()
+	_, err := p.Exec(context.Background(), "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	require.NoError(tb, err)
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := p.Exec(ctx, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			tb.Errorf("dropping test database %s: %v", name, err)
+		}
+	})
+	return withDatabase(tb, DSN(tb), name)
+}
+
+// withDatabase is dsn naming database db instead.
+func withDatabase(tb testing.TB, dsn, db string) string {
+	tb.Helper()
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		u.Path = "/" + db
+		return u.String()
+	}
+	return dsn + " dbname=" + db // keyword/value: the last of a keyword counts
+}
+
+func randomName() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
