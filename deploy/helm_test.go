@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -69,10 +71,17 @@ func asMap(v any) (map[string]any, bool) {
 // the objects, or nil when helm is not installed.
 func renderChart(t *testing.T, helm string, set ...string) []manifest {
 	t.Helper()
-	args := []string{"template", "relay", chartPath, "--namespace", "apps"}
+	var args []string
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}
+	return renderChartArgs(t, helm, args...)
+}
+
+// renderChartArgs runs helm template with the given arguments.
+func renderChartArgs(t *testing.T, helm string, more ...string) []manifest {
+	t.Helper()
+	args := append([]string{"template", "relay", chartPath, "--namespace", "apps"}, more...)
 	var stdout, stderr bytes.Buffer
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -230,6 +239,46 @@ func TestHelmChart(t *testing.T) {
 		var want map[string]any
 		require.NoError(t, yaml.Unmarshal(readFile(t, alertsPath), &want))
 		require.Equal(t, yamlText(t, want), yamlText(t, rule["spec"]), "the rules are deploy/prometheus/alerts.yml")
+	})
+
+	t.Run("Pipelines", func(t *testing.T) {
+		t.Parallel()
+		ms := renderChartArgs(t, helm, "--set", "secret.dsn="+dsn, "--set", "settings.table=app.outbox", "--set-json",
+			`pipelines=[{"name":"orders","table":"orders.outbox","ordered":true},{"name":"tenants","table":"tenant_*.outbox","workers":4}]`)
+		dep := find(t, ms, "Deployment", "relay-outboxd")
+		pod := mapAt(t, dig(dep, "spec", "template", "spec"))
+		c := mapAt(t, dig(pod, "containers", "outboxd"))
+		require.Equal(t, []any{"run", "--config", "/etc/outboxd/pipelines.yaml"}, c["args"])
+		require.Equal(t, "/etc/outboxd", dig(c, "volumeMounts", "pipelines", "mountPath"))
+		require.Equal(t, "relay-outboxd-pipelines", dig(pod, "volumes", "pipelines", "secret", "secretName"))
+		require.NotEmpty(t, dig(dep, "spec", "template", "metadata", "annotations", "checksum/pipelines"), "a changed list rolls the pods")
+		file := str(dig(find(t, ms, "Secret", "relay-outboxd-pipelines"), "stringData", "pipelines.yaml"))
+		cm := find(t, ms, "ConfigMap", "relay-outboxd")
+		_, hasTable := mapAt(t, cm["data"])["OUTBOXD_TABLE"]
+		require.False(t, hasTable, "each pipeline names its table")
+
+		// The file and the variables are a configuration run accepts.
+		path := filepath.Join(t.TempDir(), "pipelines.yaml")
+		require.NoError(t, os.WriteFile(path, []byte(file), 0o600))
+		args := []string{"config", "check", "--dsn", dsn, "--config", path}
+		for k, v := range mapAt(t, cm["data"]) {
+			args = append(args, "--"+strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(k, "OUTBOXD_"), "_", "-")), str(v))
+		}
+		var stdout, stderr bytes.Buffer
+		code := cli.Main(context.Background(), args, strings.NewReader(""), &stdout, &stderr)
+		require.Equal(t, cli.ExitOK, code, "outboxd %s\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), stdout.String(), stderr.String())
+		require.Contains(t, stdout.String(), "configuration is valid (2 pipelines)")
+		require.Regexp(t, `(?m)^workers\s+4\s+pipeline$`, stdout.String())
+
+		// The hook migrates every pipeline's table from the same list.
+		job := find(t, ms, "Job", "relay-outboxd-migrate")
+		jpod := mapAt(t, dig(job, "spec", "template", "spec"))
+		jc := mapAt(t, dig(jpod, "containers", "migrate"))
+		require.Equal(t, []any{"migrate", "--config", "/etc/outboxd/pipelines.yaml"}, jc["args"])
+		hook := find(t, ms, "Secret", str(dig(jpod, "volumes", "pipelines", "secret", "secretName")))
+		require.Equal(t, "pre-install,pre-upgrade", dig(hook, "metadata", "annotations", "helm.sh/hook"), "there before the Job runs")
+		require.Equal(t, file, str(dig(hook, "stringData", "pipelines.yaml")))
+		require.Nil(t, dig(jc, "env", "OUTBOXD_TABLE"))
 	})
 
 	t.Run("ExistingSecretAndOptionalParts", func(t *testing.T) {

@@ -30,13 +30,23 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{/*
 The settings as OUTBOXD_* variables: key "publish-timeout" becomes
 OUTBOXD_PUBLISH_TIMEOUT, as outboxd reads them. metrics-addr is the chart's
-own (the probes use it).
+own (the probes use it); with pipelines, table is each pipeline's.
 */}}
 {{- define "outboxd.settingsEnv" -}}
 {{- range $key, $value := .Values.settings }}
-{{- if ne $key "metrics-addr" }}
+{{- if and (ne $key "metrics-addr") (not (and $.Values.pipelines (eq $key "table"))) }}
 OUTBOXD_{{ $key | upper | replace "-" "_" }}: {{ $value | toString | quote }}
 {{- end }}
 {{- end }}
 OUTBOXD_METRICS_ADDR: {{ printf ":%v" .Values.metrics.port | quote }}
+{{- end -}}
+
+{{/* The pipelines file, as run --config and migrate --config read it. */}}
+{{- define "outboxd.pipelinesFile" -}}
+{{ dict "pipelines" .Values.pipelines | toYaml }}
+{{- end -}}
+
+{{/* Where the pods and the migrate hook find the pipelines file. */}}
+{{- define "outboxd.pipelinesPath" -}}
+/etc/outboxd/pipelines.yaml
 {{- end -}}
