@@ -235,6 +235,7 @@ func randomConfig(name, tier string, s uint64, c classSet) runConfig {
 	}
 	return runConfig{
 		name: name, tier: tier, lease: lease, publishTimeout: time.Second, drainTimeout: 90 * time.Second, classes: c,
+		pipelines: true,
 		groups: []groupConfig{
 			{name: "u", slots: 3, aggregates: 40, producers: 2, rollbackP: 0.1, arm: arm,
 				slotArgs: func(i int) []string {

@@ -116,7 +116,11 @@ type report struct {
 	// LeaseMode is the workers' lease mode: row or shard.
 	LeaseMode string `json:"lease_mode"`
 	counts
-	MigrateFailures  int                    `json:"migrate_failures"`
+	MigrateFailures int `json:"migrate_failures"`
+	// SideRows are the side tables' messages of a run with pipelines
+	// (pipelines_test.go), SideLost those not done or never acknowledged.
+	SideRows         int                    `json:"pipeline_side_rows"`
+	SideLost         int                    `json:"pipeline_side_lost"`
 	Migrate          *pctiles               `json:"migrate_seconds,omitempty"`
 	MigrateStall     *pctiles               `json:"migrate_producer_stall_ms,omitempty"`
 	OrderedProbe     map[string]probeResult `json:"ordered_probe,omitempty"`
@@ -161,6 +165,7 @@ func (r *report) failures() []string {
 		{"producer_rejected", r.ProducerRejected}, {"search_path_captures", r.SearchPathCaptures},
 		{"ordered_probe_late", r.OrderedProbeLate}, {"auth_heal_late", r.AuthHealLate},
 		{"migrate_failures", r.MigrateFailures}, {"shared_identities", r.SharedIdentities},
+		{"pipeline_side_lost", r.SideLost},
 	} {
 		if f.n != 0 {
 			out = append(out, fmt.Sprintf("%s=%d", f.name, f.n))

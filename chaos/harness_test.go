@@ -223,6 +223,10 @@ type runConfig struct {
 	// allowReap: rows reaped after their last attempt are an expected
 	// outcome (a scenario run with --max-attempts 1), not falsely dead.
 	allowReap bool
+	// pipelines runs the first slot of the first group through a config
+	// file of pipelines, beside side tables (pipelines_test.go); not with
+	// the broker sink.
+	pipelines bool
 	// leaseMode is the workers' --lease-mode: leaseRow (""), leaseShard,
 	// whose tables get shardCount shards, or leaseCursor, whose tables get
 	// snapshot cursors on those shards; each group keeps its order
@@ -291,6 +295,10 @@ type run struct {
 	nats   *natsRecorder // the broker variant's stream; nil for HTTP
 	ev     eventLog
 	groups []*group
+	// side and pipelineSlot: the side tables and the slot relaying them
+	// with its group's table through pipelines; nil unless cfg.pipelines.
+	side         *side
+	pipelineSlot *slot
 	// calm stops arming failpoints on new incarnations (the final drain).
 	calm atomic.Bool
 
@@ -426,6 +434,13 @@ func newRun(t *testing.T, e *env, cfg runConfig, seed uint64) *run {
 		}
 		r.groups = append(r.groups, g)
 	}
+	if cfg.pipelines && r.nats == nil {
+		if r.side, err = newSide(ctx, r); err != nil {
+			t.Fatalf("side tables: %v", err)
+		}
+		r.pipelineSlot = r.groups[0].slots[0]
+		rec.namespaced = map[string]bool{r.pipelineSlot.name: true}
+	}
 	r.superCtx, r.superCancel = context.WithCancel(context.Background())
 	e.mu.Lock()
 	e.runs = append(e.runs, r)
@@ -495,6 +510,9 @@ func (r *run) startProducers(interval time.Duration, n int) {
 			}()
 		}
 	}
+	if r.side != nil && n == 0 {
+		r.prodWG.Go(func() { r.side.produce(ctx, 2*interval) })
+	}
 }
 
 func (r *run) stopProducers() {
@@ -560,6 +578,11 @@ func (r *run) drain() time.Duration {
 		for _, g := range r.groups {
 			var n int
 			n, err = r.undelivered(ctx, g)
+			left += n
+		}
+		if r.side != nil && err == nil {
+			var n int
+			n, err = r.side.undelivered(ctx)
 			left += n
 		}
 		cancel()
@@ -659,6 +682,17 @@ func (r *run) finish() *report {
 	rep, err := r.check(drainTook)
 	if err != nil {
 		t.Fatalf("checker: %v", err)
+	}
+	if r.side != nil {
+		dels, _, _ := r.deliveries()
+		lost, rows, examples, err := r.side.check(context.Background(), dels)
+		if err != nil {
+			t.Fatalf("checking the side tables: %v", err)
+		}
+		rep.SideLost, rep.SideRows = lost, rows
+		for _, e := range examples {
+			rep.example("pipeline_side_lost", "%s", e)
+		}
 	}
 	b, _ := json.MarshalIndent(rep, "", "  ")
 	path := filepath.Join(r.dir, "report.json")

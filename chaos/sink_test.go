@@ -84,6 +84,10 @@ type recorder struct {
 	// rejectGroups are the tables whose messages a 422 may hit (never an
 	// ordered one: a dead head blocks its aggregate for good).
 	rejectGroups map[string]bool
+	// namespaced are the slots whose processes relay through pipelines:
+	// their identities carry the pipeline's name ("u:UID"), taken off
+	// here so the checker compares the identity itself.
+	namespaced map[string]bool
 
 	mu         sync.Mutex
 	rng        *rand.Rand
@@ -198,11 +202,16 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	attempt, _ := strconv.Atoi(req.Header.Get("Outbox-Attempt"))
 	agg, eventType := req.Header.Get("Ce-Subject"), req.Header.Get("Ce-Type")
 
+	slotName, _, _ := strings.Cut(owner, "-")
+	if r.namespaced[slotName] {
+		if k, ok := strings.CutPrefix(key, group+":"); ok {
+			key = k
+		}
+	}
 	r.mu.Lock()
 	f := r.faults
 	draw := func(p float64) bool { return p > 0 && r.rng.Float64() < p }
 	refuse := ""
-	slotName, _, _ := strings.Cut(owner, "-")
 	var badBody []byte
 	switch {
 	case f.authCode != 0 && (f.authSlot == "" || f.authSlot == slotName):

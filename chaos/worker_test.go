@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -156,6 +157,16 @@ func (s *slot) start() (*proc, error) {
 		args = append(args, "--lease-mode", r.cfg.leaseMode)
 	}
 	args = append(args, s.extraArgs...)
+	if s == r.pipelineSlot {
+		// The table is the pipeline's: --table gives way to the file.
+		i := slices.Index(args, "--table")
+		args = slices.Delete(args, i, i+2)
+		file, err := r.side.file(s, owner, "http://"+s.sinkProxy.Addr())
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "--config", file)
+	}
 	armed := ""
 	if s.arm != nil && !r.calm.Load() {
 		armed = s.arm(inc)
