@@ -374,7 +374,7 @@ func (c *Config) leaseConfig() lease.Config {
 	return lease.Config{
 		Kind: kind, Ordered: c.Ordered, Owner: c.Owner, Lease: c.Lease, MaxAttempts: c.MaxAttempts,
 		HeartbeatInterval: c.HeartbeatInterval, PublishTimeout: c.PublishTimeout, PollInterval: c.PollInterval,
-		Window: c.window(),
+		IdlePollMax: c.IdlePollMax, Window: c.window(),
 	}
 }
 

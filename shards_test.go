@@ -5,14 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/internal/testdb"
 )
 
 // shardBundle is a bundle whose table has n shards.
@@ -939,4 +943,59 @@ func TestShardLeasesUnorderedFinalizesOverlap(t *testing.T) {
 	require.Len(t, rec.IDs(), 100)
 	require.True(t, <-h.overlapped, "a second finalize was written while the first completer was held")
 	require.Equal(t, 100, b.countStatus(t, "done"))
+}
+
+// lookCounter counts the shard looks a pool sends.
+type lookCounter struct{ n atomic.Int64 }
+
+func (c *lookCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.HasPrefix(d.SQL, "-- Look: ") {
+		c.n.Add(1)
+	}
+	return ctx
+}
+
+func (*lookCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// An idle dispatcher whose shares are as they should be looks at the
+// others' less and less often, up to IdlePollMax; a message in flight
+// brings the looks back to every poll interval.
+func TestShardLeasesIdleLooksBackOff(t *testing.T) {
+	t.Parallel()
+	b := shardBundle(t, 4)
+	looks := &lookCounter{}
+	cfg, err := pgxpool.ParseConfig(testdb.DSN(t))
+	require.NoError(t, err)
+	cfg.ConnConfig.Tracer = looks
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	slow := make(chan struct{})
+	rec := newRecorder(func(ctx context.Context, _ *outbox.Message) error {
+		select {
+		case <-slow:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	c := shardConfig(outbox.Config{Table: b.table, Logger: quietLogger(), PollInterval: 50 * time.Millisecond,
+		IdlePollMax: 2 * time.Second, Lease: 30 * time.Second})
+	d, err := outbox.NewDispatcher(pool, rec.Sink(), c)
+	require.NoError(t, err)
+	start(t, d)
+
+	// Backed off: in two seconds of idling, a look or two (40 at one a poll).
+	time.Sleep(3 * time.Second) // the gap doubles from 50ms past 1.6s
+	from := looks.n.Load()
+	time.Sleep(2 * time.Second)
+	require.LessOrEqual(t, looks.n.Load()-from, int64(3), "idle looks back off")
+
+	// Busy: a message in flight (its publish held) brings them back.
+	b.enqueueN(t, 1, "a")
+	require.Eventually(t, func() bool { return d.Stats().Claimed == 1 }, 10*time.Second, 10*time.Millisecond)
+	from = looks.n.Load()
+	time.Sleep(time.Second)
+	require.GreaterOrEqual(t, looks.n.Load()-from, int64(8), "a look every poll interval while busy")
+	close(slow)
+	rec.waitLen(t, 1, 10*time.Second)
 }

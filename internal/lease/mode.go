@@ -105,6 +105,10 @@ type Config struct {
 	// PollInterval bounds how long a dispatcher holding fewer than every
 	// shard takes to notice free ones.
 	PollInterval time.Duration
+	// IdlePollMax bounds how far apart the looks at other dispatchers'
+	// shares grow while nothing is in flight and the shares are as they
+	// should be (see shardLeases.due); PollInterval when zero.
+	IdlePollMax time.Duration
 	// Window is how many messages one dispatcher may hold at once
 	// (claimed, queued, publishing or waiting for their finalize): under
 	// shard leases, a takeover from an owner that died delivers that many

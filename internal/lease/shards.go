@@ -41,8 +41,10 @@ type shardLeases struct {
 	// renewedAt is when the last renewal that succeeded was sent: the
 	// tokens held are trusted until renewedAt + the lease less a tenth.
 	renewedAt time.Time
-	// lookedAt is when the free shards were last counted, between renewals.
+	// lookedAt is when the free shards were last counted, between renewals;
+	// lookGap how long until the next count (see due).
 	lookedAt time.Time
+	lookGap  time.Duration
 	// down follows a run of failed keeper turns; only the keeper's
 	// goroutine touches it.
 	down service.Outage
@@ -391,19 +393,23 @@ func (s *shardLeases) balance(ctx context.Context, share int) (gained bool, err 
 }
 
 // due reports whether the leases are to be renewed and balanced now (a
-// renewal interval since the last renewal, or a poll interval since it
-// last looked and the look finds it short of its share), or, from that
-// look, the shards to give back at once (see look).
+// renewal interval since the last renewal, or lookGap since it last
+// looked and the look finds it short of its share), or, from that look,
+// the shards to give back at once (see look).
 func (s *shardLeases) due(ctx context.Context) (renew bool, extra []store.ShardLease, err error) {
 	now := s.cfg.Clock.Now()
+	poll := s.cfg.PollInterval
 	s.mu.Lock()
 	renewed, looked, held := now.Sub(s.renewedAt), now.Sub(s.lookedAt), len(s.members.held)
+	if s.lookGap == 0 || len(s.flight.ids) > 0 {
+		s.lookGap = poll
+	}
+	gap := s.lookGap
 	s.mu.Unlock()
-	poll := s.cfg.PollInterval
 	switch {
 	case renewed >= s.cfg.RenewEvery() || held == 0 && renewed >= poll:
 		return true, nil, nil
-	case looked < poll || renewed < poll:
+	case looked < gap || renewed < poll:
 		return false, nil, nil
 	}
 	s.mu.Lock()
@@ -416,6 +422,15 @@ func (s *shardLeases) due(ctx context.Context) (renew bool, extra []store.ShardL
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	renew, extra = look(&s.members, &s.flight, s.count, free, alive)
+	// A look that finds the shares as they should be while nothing is in
+	// flight comes later next time, up to IdlePollMax: a thousand idle
+	// tables would otherwise count their shards a thousand times per poll
+	// interval. A message in flight brings the looks back to every poll.
+	if !renew && len(extra) == 0 && len(s.flight.ids) == 0 {
+		s.lookGap = min(2*gap, max(s.cfg.IdlePollMax, poll))
+	} else {
+		s.lookGap = poll
+	}
 	return renew, extra, nil
 }
 
