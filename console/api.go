@@ -94,11 +94,12 @@ func (s *Server) tableOf(w http.ResponseWriter, r *http.Request) *table {
 	if name == "" {
 		name = r.URL.Query().Get("table")
 	}
-	if name == "" {
-		return s.tables[0]
-	}
-	if t := s.byName[name]; t != nil {
+	if t := s.lookup(name); t != nil {
 		return t
+	}
+	if name == "" {
+		apiError(w, http.StatusNotFound, "unknown_table", "the console serves no table yet")
+		return nil
 	}
 	apiError(w, http.StatusNotFound, "unknown_table", "the console does not serve table "+name)
 	return nil

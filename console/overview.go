@@ -177,19 +177,27 @@ func (s *Server) apiStatus(w http.ResponseWriter, r *http.Request, _ principal) 
 	writeJSON(w, http.StatusOK, st)
 }
 
-// TableView lists a served table.
+// TableView lists a served table. Health is the relay's word on it (see
+// Config.Health): "" when it is healthy or the console cannot tell.
 type TableView struct {
-	Name string `json:"name"`
+	Name   string `json:"name"`
+	Health string `json:"health,omitempty"`
+}
+
+// tableViews lists the tables served, with their health.
+func (s *Server) tableViews() []TableView {
+	out := []TableView{}
+	for _, t := range s.served() {
+		out = append(out, TableView{Name: t.name, Health: s.health(t.name)})
+	}
+	return out
 }
 
 func (s *Server) apiTables(w http.ResponseWriter, _ *http.Request, _ principal) {
 	out := struct {
 		Tables []TableView `json:"tables"`
 		Write  bool        `json:"write"`
-	}{Write: s.cfg.Write}
-	for _, t := range s.tables {
-		out.Tables = append(out.Tables, TableView{Name: t.name})
-	}
+	}{Tables: s.tableViews(), Write: s.cfg.Write}
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -44,7 +44,7 @@ var pageTemplates = func() map[string]*template.Template {
 // pageData is what every page's layout needs.
 type pageData struct {
 	Title, Page, Table, Actor, CSRF, Version string
-	Tables                                   []string
+	Tables                                   []TableView
 	Write                                    bool
 }
 
@@ -70,19 +70,16 @@ func (s *Server) page(h pageHandler) http.HandlerFunc {
 		if sess == nil {
 			sess = s.sessions.open(w, r, p.actor)
 		}
-		t := s.byName[r.PathValue("table")]
-		if r.PathValue("table") == "" {
-			t = s.tables[0]
-		}
+		t := s.lookup(r.PathValue("table"))
 		if t == nil {
-			http.Error(w, "the console does not serve this table", http.StatusNotFound)
+			http.Error(w, "the console does not serve this table (or none yet)", http.StatusNotFound)
 			return
 		}
 		actor := p.actor
 		if s.cfg.Credentials.empty() {
 			actor = ""
 		}
-		base := pageData{Table: t.name, Actor: actor, CSRF: sess.csrf, Version: Version, Tables: s.cfg.Tables, Write: s.cfg.Write}
+		base := pageData{Table: t.name, Actor: actor, CSRF: sess.csrf, Version: Version, Tables: s.tableViews(), Write: s.cfg.Write}
 		h(w, r, t, base)
 	}
 }

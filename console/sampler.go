@@ -76,7 +76,10 @@ func rate(prev, cur Sample) *float64 {
 // ctx ends.
 func (s *Server) runSampler(ctx context.Context) {
 	service.Every(ctx, s.cfg.SampleInterval, func() {
-		for _, tb := range s.tables {
+		for _, tb := range s.served() {
+			if s.cfg.Dynamic && time.Since(time.Unix(0, tb.viewed.Load())) > viewedFor {
+				continue
+			}
 			if err := s.sample(ctx, tb); err != nil && ctx.Err() == nil {
 				s.logger.Warn("console: sampling failed", slog.String("table", tb.name), slog.Any("error", err))
 			}

@@ -8,6 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboxd/outbox"
@@ -27,8 +30,19 @@ const (
 // Config configures a [Server].
 type Config struct {
 	// Tables are the outbox tables the console shows, NAME or SCHEMA.NAME. At
-	// least one; the first is the default.
+	// least one unless Dynamic; the first is the default.
 	Tables []string
+	// Dynamic lets tables come and go while the console runs
+	// ([Server.AddTable], [Server.RemoveTable]), each with a database of
+	// its own: Tables may be empty. Only the tables viewed (a page or an
+	// API request naming them) within the last ten minutes are sampled, so
+	// that a thousand tables do not cost a thousand reads every
+	// SampleInterval; a table's charts start when it is first viewed.
+	Dynamic bool
+	// Health, when set, says how the relay of each table is doing: "" when
+	// healthy, else why not. The table picker and GET /api/v1/tables show
+	// it.
+	Health func(table string) string
 	// Write enables the actions that change rows (dead retry and skip,
 	// replay). Defaults to false: read-only, every write answers 403.
 	Write bool
@@ -79,7 +93,9 @@ type Config struct {
 
 // Server is the console's HTTP handler, its sampler and its job registry.
 type Server struct {
-	cfg      Config
+	cfg Config
+	// mu guards tables and byName, which change under Dynamic.
+	mu       sync.RWMutex
 	tables   []*table
 	byName   map[string]*table
 	logger   *slog.Logger
@@ -96,11 +112,16 @@ type table struct {
 	admin      *outbox.Admin
 	samples    *ring
 	breakdowns breakdownCache
+	// viewed is when a request last named the table (Unix nanoseconds).
+	viewed atomic.Int64
 }
+
+// viewedFor is how long a table viewed is sampled under Config.Dynamic.
+const viewedFor = 10 * time.Minute
 
 // New returns a console over db for the configured tables.
 func New(db outbox.DB, cfg *Config) (*Server, error) {
-	if cfg == nil || len(cfg.Tables) == 0 {
+	if cfg == nil || len(cfg.Tables) == 0 && !cfg.Dynamic {
 		return nil, errors.New("console: at least one table is required")
 	}
 	c := *cfg
@@ -141,20 +162,69 @@ func New(db outbox.DB, cfg *Config) (*Server, error) {
 	s := &Server{cfg: c, byName: map[string]*table{}, logger: c.Logger, sessions: newSessions(), jobs: newJobs(),
 		signIn: newSignInLimiter(c.SignInBurst, c.SignInRefill), badAuth: newSignInLimiter(c.SignInBurst, c.SignInRefill)}
 	for _, name := range c.Tables {
-		a, err := outbox.NewAdmin(db, name)
-		if err != nil {
-			return nil, fmt.Errorf("console: table %q: %w", name, err)
+		if err := s.AddTable(name, db); err != nil {
+			return nil, err
 		}
-		if _, dup := s.byName[name]; dup {
-			return nil, fmt.Errorf("console: table %q given twice", name)
-		}
-		a.SetLogger(c.Logger) // the library logs each write's audit line
-		t := &table{name: name, admin: a, samples: newRing(c.SampleWindow)}
-		s.tables = append(s.tables, t)
-		s.byName[name] = t
 	}
 	s.handler = s.routes()
 	return s, nil
+}
+
+// AddTable serves one more table, read and written through db: under
+// Config.Dynamic, while the console runs. A name served already is an
+// error.
+func (s *Server) AddTable(name string, db outbox.DB) error {
+	a, err := outbox.NewAdmin(db, name)
+	if err != nil {
+		return fmt.Errorf("console: table %q: %w", name, err)
+	}
+	a.SetLogger(s.logger) // the library logs each write's audit line
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, dup := s.byName[name]; dup {
+		return fmt.Errorf("console: table %q given twice", name)
+	}
+	t := &table{name: name, admin: a, samples: newRing(s.cfg.SampleWindow)}
+	s.tables = append(s.tables, t)
+	s.byName[name] = t
+	return nil
+}
+
+// RemoveTable stops serving a table; its pages answer 404 from then on.
+func (s *Server) RemoveTable(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.byName, name)
+	s.tables = slices.DeleteFunc(s.tables, func(t *table) bool { return t.name == name })
+}
+
+// lookup returns the table named ("": the first), marked viewed, or nil.
+func (s *Server) lookup(name string) *table {
+	s.mu.RLock()
+	t := s.byName[name]
+	if name == "" && len(s.tables) > 0 {
+		t = s.tables[0]
+	}
+	s.mu.RUnlock()
+	if t != nil {
+		t.viewed.Store(time.Now().UnixNano())
+	}
+	return t
+}
+
+// served returns the tables served now, in the order they were added.
+func (s *Server) served() []*table {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.Clone(s.tables)
+}
+
+// health is the relay's word on a table: "" when healthy or unknown.
+func (s *Server) health(name string) string {
+	if s.cfg.Health == nil {
+		return ""
+	}
+	return s.cfg.Health(name)
 }
 
 // Handler returns the console's HTTP handler (pages, assets and API).

@@ -97,6 +97,10 @@ type consoleOpts struct {
 	every  time.Duration
 	// timeout bounds each request (0: the console's default).
 	timeout time.Duration
+	// dynamic serves the tables added while it runs (pipelines), each
+	// with the health health reports; tables is then empty.
+	dynamic bool
+	health  func(table string) string
 }
 
 // serveConsole checks the tables, then serves the console until ctx ends.
@@ -119,7 +123,7 @@ func openConsole(ctx context.Context, e *env, pool *pgxpool.Pool, o consoleOpts,
 	console.Version = Version
 	srv, err := console.New(pool, &console.Config{
 		Tables: o.tables, Write: o.write, Credentials: creds, Insecure: isLoopback(o.addr), Logger: logger,
-		SampleInterval: o.every, RequestTimeout: o.timeout,
+		SampleInterval: o.every, RequestTimeout: o.timeout, Dynamic: o.dynamic, Health: o.health,
 	})
 	if err != nil {
 		return nil, nil, usagef("%v", err)
@@ -168,6 +172,11 @@ func (s *runSetup) startConsole(ctx context.Context, e *env, pool *pgxpool.Pool,
 	if err != nil {
 		return nil, err
 	}
+	return serveInBackground(ctx, srv, ln, logger), nil
+}
+
+// serveInBackground serves srv on ln until the returned func is called.
+func serveInBackground(ctx context.Context, srv *console.Server, ln net.Listener, logger *slog.Logger) func() {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -176,5 +185,5 @@ func (s *runSetup) startConsole(ctx context.Context, e *env, pool *pgxpool.Pool,
 			logger.Error("console stopped", slog.Any("error", err))
 		}
 	}()
-	return func() { cancel(); <-done }, nil
+	return func() { cancel(); <-done }
 }

@@ -3,6 +3,8 @@ package cli_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -146,7 +148,30 @@ pipelines:
 	c.insert(t, crm, 5)
 	// A pipeline whose table is missing.
 	require.NoError(t, os.WriteFile(file, []byte(pipelines+fmt.Sprintf("  - {name: broken, dsn: \"%s\", table: missing.outbox}\n", withApp(c.dsn))), 0o600))
-	p := start(t, bin, envWith(withApp(a.dsn)), nil, "run", "--config", file)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	consoleAddr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	p := start(t, bin, envWith(withApp(a.dsn)), nil, "run", "--config", file, "--console-addr", consoleAddr)
+	// One console for every pipeline's table, each with its health.
+	consoleTables := func() map[string]string {
+		resp, err := http.Get("http://" + consoleAddr + "/api/v1/tables")
+		if err != nil {
+			return nil
+		}
+		defer resp.Body.Close()
+		var out struct {
+			Tables []struct{ Name, Health string }
+		}
+		if json.NewDecoder(resp.Body).Decode(&out) != nil {
+			return nil
+		}
+		m := map[string]string{}
+		for _, tb := range out.Tables {
+			m[tb.Name] = tb.Health
+		}
+		return m
+	}
 
 	// The broken pipeline fails alone; the others deliver what waits.
 	require.Eventually(t, func() bool {
@@ -164,6 +189,18 @@ pipelines:
 		}
 		return true
 	}, 30*time.Second, 50*time.Millisecond, "stderr:\n%s", p.stderr)
+	require.Eventually(t, func() bool {
+		m := consoleTables()
+		return len(m) == 2+10+1+1 && m["missing.outbox"] != "" && m[orders] == "" && m[tenant(3)] == ""
+	}, 30*time.Second, 50*time.Millisecond, "the console lists every table, the broken one with its failure: %v", consoleTables())
+	require.Contains(t, consoleTables()["missing.outbox"], "failed, starting again in 30s")
+	// A table's page is served from its own database.
+	resp, err := http.Get("http://" + consoleAddr + "/api/v1/tables/" + crm + "/overview")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+	require.Contains(t, string(body), `"done_estimate": 5`)
 	// One LISTEN connection per database, for all its tables.
 	require.Eventually(t, func() bool {
 		rows, err := testdb.Pool(t).Query(t.Context(), `SELECT datname, count(*) FROM pg_stat_activity
@@ -203,6 +240,12 @@ pipelines:
 	require.Eventually(t, func() bool {
 		return strings.Count(p.stderr.String(), "stopping a pipeline: its pattern no longer matches its table") == 5
 	}, 30*time.Second, 20*time.Millisecond, "stderr:\n%s", p.stderr)
+	require.Eventually(t, func() bool {
+		m := consoleTables()
+		_, gone := m[tenant(1)]
+		_, added := m[tenant(20)]
+		return !gone && added
+	}, 30*time.Second, 50*time.Millisecond, "the console follows the tenants: %v", consoleTables())
 	// The tenants left and the other databases go on.
 	for i := 6; i <= 20; i++ {
 		b.insert(t, tenant(i), 1)

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	flag "github.com/spf13/pflag"
 
 	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/console"
 	"github.com/outboxd/outbox/internal/service"
 	"github.com/outboxd/outbox/metrics"
 )
@@ -88,9 +90,6 @@ func (s *runSetup) checkPipelines() error {
 	if s.sources["table"] != fromDefault {
 		return usagef("--config %s has pipelines: name each table in its pipeline, not with --table", s.db.config)
 	}
-	if s.consoleAddr != "" {
-		return usagef("--console-addr is not served for pipelines yet: run outboxd console --table T for a table's console")
-	}
 	return nil
 }
 
@@ -106,6 +105,10 @@ type pipelineRun struct {
 	stop     context.CancelFunc
 	done     chan struct{}
 	err      error
+	// shown is whether the console serves its table; problem is why it
+	// is not relayed now ("" while it runs).
+	shown   bool
+	problem atomic.Pointer[string]
 }
 
 // daemon runs every pipeline of the file: one pool per database, each
@@ -128,6 +131,8 @@ type daemon struct {
 	mu        sync.Mutex
 	runs      map[string]*pipelineRun // by table
 	wg        sync.WaitGroup
+	// console serves every table running (--console-addr); nil without.
+	console *console.Server
 }
 
 func runPipelines(ctx context.Context, e *env, s *runSetup, args []string) error {
@@ -155,6 +160,16 @@ func runPipelines(ctx context.Context, e *env, s *runSetup, args []string) error
 	}
 	if err := d.openPools(ctx, l); err != nil {
 		return err
+	}
+	if s.consoleAddr != "" {
+		o := consoleOpts{addr: s.consoleAddr, write: s.consoleWrite, flag: "--console-addr", dynamic: true, health: d.health}
+		srv, ln, err := openConsole(ctx, d.e, nil, o, logger)
+		if err != nil {
+			return err
+		}
+		d.console = srv
+		stopConsole := serveInBackground(ctx, srv, ln, logger)
+		defer stopConsole()
 	}
 	d.specs, d.dsns, d.prints = s.pipelines, l.dsns, l.prints
 	d.discover(ctx)
@@ -219,9 +234,8 @@ func (d *daemon) reload(ctx context.Context) {
 	for key, r := range d.runs {
 		if fp, ok := l.prints[r.spec]; !ok || fp != r.print {
 			d.logger.Info("stopping a pipeline: removed from the file or changed", slog.String("pipeline", r.name))
-			r.stop()
+			d.drop(key, r)
 			stopping = append(stopping, r)
-			delete(d.runs, key)
 		}
 	}
 	d.specs, d.dsns, d.prints, d.s = ns.pipelines, l.dsns, l.prints, ns
@@ -349,10 +363,33 @@ func (d *daemon) discover(ctx context.Context) {
 	for key, r := range d.runs {
 		if !matched[key] {
 			d.logger.Info("stopping a pipeline: its pattern no longer matches its table", slog.String("pipeline", r.name))
-			r.stop()
-			delete(d.runs, key)
+			d.drop(key, r)
 		}
 	}
+}
+
+// drop stops r and forgets it (under d.mu): its table leaves the console.
+func (d *daemon) drop(key string, r *pipelineRun) {
+	r.stop()
+	delete(d.runs, key)
+	if r.shown {
+		d.console.RemoveTable(r.table)
+	}
+}
+
+// health is the console's word on a table: why its pipeline does not
+// relay it now, or "".
+func (d *daemon) health(table string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, r := range d.runs {
+		if r.shown && r.table == table {
+			if p := r.problem.Load(); p != nil {
+				return *p
+			}
+		}
+	}
+	return ""
 }
 
 // runningOf returns the running tables of the pipeline named, by key.
@@ -388,6 +425,13 @@ func (d *daemon) start(ctx context.Context, p *pipelineSpec, name, table, key st
 	d.runs[key] = r
 	logger := d.logger.With(slog.String("pipeline", name))
 	logger.Info("starting a pipeline", slog.String("table", table))
+	if d.console != nil {
+		if err := d.console.AddTable(table, pool); err != nil {
+			logger.Warn("the console does not show this table: another pipeline's has its name", slog.String("table", table))
+		} else {
+			r.shown = true
+		}
+	}
 	d.wg.Go(func() {
 		defer close(r.done)
 		r.err = r.run(rctx, d.e, pool, logger, d.s.drain)
@@ -407,9 +451,12 @@ func (r *pipelineRun) run(ctx context.Context, e *env, pool *pgxpool.Pool, logge
 			return err
 		}
 		logger.Error("pipeline failed; the others go on, this one starts again", slog.Any("error", err), slog.Duration("retry_in", pipelineRetry))
+		problem := fmt.Sprintf("failed, starting again in %s: %v", pipelineRetry, err)
+		r.problem.Store(&problem)
 		if !service.Sleep(ctx, pipelineRetry) {
 			return nil
 		}
+		r.problem.Store(nil)
 	}
 }
 

@@ -246,7 +246,6 @@ pipelines:
 		want string
 	}{
 		{[]string{"--table", a.table}, "has pipelines: name each table in its pipeline, not with --table"},
-		{[]string{"--console-addr", "127.0.0.1:0"}, "--console-addr is not served for pipelines yet"},
 	} {
 		bad := runBin(t, bin, envWith(dsn), nil, append([]string{"run", "--config", broken, "--drain"}, tc.args...)...)
 		require.Equal(t, 2, bad.code, "%s", bad)
