@@ -281,8 +281,9 @@ func (a *Admin) CheckFilter(ctx context.Context, f Filter) error {
 		err := a.store.CheckPath(ctx, a.db, p.path)
 		var pgErr *pgconn.PgError
 		switch {
-		case errors.As(err, &pgErr) && (pgErr.Code == "42601" || pgErr.Code == "22P02"):
-			// syntax_error, invalid_text_representation: the path itself.
+		case errors.As(err, &pgErr) && (pgErr.Code == "42601" || pgErr.Code == "22P02" || pgErr.Code == "2201B"):
+			// syntax_error, invalid_text_representation,
+			// invalid_regular_expression (a like_regex): the path itself.
 			return &FilterError{Term: p.term, Err: fmt.Errorf("%q: %s", p.path, pgErr.Message)}
 		case err != nil:
 			return fmt.Errorf("outbox: checking %s path: %w", p.term, err)

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/outboxd/outbox/internal/spelling"
 )
@@ -141,6 +142,14 @@ func (b *filterBuilder) set(name, value string) error {
 	b.seen[name] = true
 	if value == "" {
 		return errors.New("no value")
+	}
+	// PostgreSQL refuses both in a text value: the client's mistake, not
+	// the server's.
+	if strings.ContainsRune(value, 0) {
+		return errors.New("contains a NUL byte")
+	}
+	if !utf8.ValidString(value) {
+		return errors.New("is not valid UTF-8")
 	}
 	f := &b.f
 	switch name {

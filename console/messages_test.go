@@ -83,6 +83,10 @@ func TestMessagesAPI(t *testing.T) {
 			"status=lost": "status", "id_min=abc": "id_min", "created_after=yesterday": "created_after",
 			"payload=" + url.QueryEscape("$.a >>> 1"): "payload", "evnt_type=X": "evnt_type",
 			"event-type=Wanted": "event-type", "event_type=": "event_type", "exact=1": "exact",
+			// The server refuses these, but they are the client's.
+			"payload=" + url.QueryEscape(`$.a like_regex "("`):    "payload",
+			"header=" + url.QueryEscape(`$.t like_regex "[z-a]"`): "header",
+			"event_type=a%00b": "event_type", "aggregate_id=%FF%FE": "aggregate_id", "error=x%00": "error",
 		} {
 			for _, path := range []string{"/messages?", "/count?"} {
 				if path == "/count?" && q == "exact=1" {
