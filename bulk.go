@@ -3,9 +3,9 @@ package outbox
 import (
 	"context"
 	"fmt"
-	"math"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -117,19 +117,28 @@ func (a *Admin) Replay(ctx context.Context, f Filter, o ReplayOpts) (int64, erro
 
 // Validate reports the first option a replay cannot run with, as a
 // [*ReplayOptsError]: a Name that is not 1 to 100 letters, digits, '.', '_',
-// ':' or '-' (starting with a letter or digit), or a Rate that is negative or
-// not finite. [Admin.Replay] calls it first; callers that start a replay in
+// ':' or '-' (starting with a letter or digit), or a Rate that is not 0
+// (unlimited) or between MinReplayRate and MaxReplayRate. [Admin.Replay] calls it first; callers that start a replay in
 // the background call it before, so the mistake is the caller's answer.
 func (o ReplayOpts) Validate() error {
 	if !replayName.MatchString(o.Name) {
 		return &ReplayOptsError{Field: "Name", Reason: fmt.Sprintf("%q must be 1 to 100 letters, digits, "+
 			"'.', '_', ':' or '-', starting with a letter or digit", o.Name)}
 	}
-	if o.Rate < 0 || math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0) {
-		return &ReplayOptsError{Field: "Rate", Reason: fmt.Sprintf("must be messages per second or 0 (unlimited), got %v", o.Rate)}
+	if o.Rate != 0 && !(o.Rate >= MinReplayRate && o.Rate <= MaxReplayRate) { // NaN fails both
+		return &ReplayOptsError{Field: "Rate", Reason: fmt.Sprintf("must be %s to %s messages per second, or 0 (unlimited), got %v",
+			strconv.FormatFloat(MinReplayRate, 'f', -1, 64), strconv.FormatFloat(MaxReplayRate, 'f', -1, 64), o.Rate)}
 	}
 	return nil
 }
+
+// The bounds of [ReplayOpts.Rate] other than 0. Below the least, the pace's
+// wait (messages done over the rate) overflows a time.Duration within a
+// replay's length and the replay would run unpaced.
+const (
+	MinReplayRate = 0.01
+	MaxReplayRate = 1_000_000.0
+)
 
 // ReplayOptsError reports [ReplayOpts] a replay cannot run with.
 type ReplayOptsError struct {

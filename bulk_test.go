@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"math"
 	"testing"
 	"time"
 
@@ -313,10 +314,15 @@ func TestReplay(t *testing.T) {
 	t.Run("BadOptions", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		for _, o := range []outbox.ReplayOpts{{}, {Name: "has space"}, {Name: "x", Rate: -1}} {
+		for _, o := range []outbox.ReplayOpts{{}, {Name: "has space"}, {Name: "x", Rate: -1}, {Name: "x", Rate: 1e-12},
+			{Name: "x", Rate: 0.001}, {Name: "x", Rate: 1e7}, {Name: "x", Rate: math.NaN()}, {Name: "x", Rate: math.Inf(1)}} {
 			_, err := b.admin.Replay(t.Context(), outbox.Filter{}, o)
-			require.Error(t, err)
+			var re *outbox.ReplayOptsError
+			require.ErrorAs(t, err, &re, "%+v", o)
 		}
+		require.EqualError(t, outbox.ReplayOpts{Name: "x", Rate: 1e-12}.Validate(),
+			"outbox: replay: Rate must be 0.01 to 1000000 messages per second, or 0 (unlimited), got 1e-12")
+		require.NoError(t, outbox.ReplayOpts{Name: "x", Rate: 0.01}.Validate())
 		_, err := b.admin.Replay(t.Context(), outbox.Filter{Status: []string{"dead"}}, outbox.ReplayOpts{Name: "x"})
 		require.EqualError(t, err, `filter "status": replay acts on done messages only, not dead`)
 	})

@@ -90,7 +90,7 @@ func TestConfigAndRoutes(t *testing.T) {
 				"(known: acks, client_id, create_topics, linger, max_buffered, sasl, timeout, tls, topic)\n"},
 			{[]string{"config", "check", "--defer-max-age", "-1s"}, "outboxd: --defer-max-age must not be negative, got -1s\n"},
 			// ReplayOpts.Validate's error, named from the same field table.
-			{[]string{"replay", "--all", "--rate", "-1"}, "outboxd: --rate must be messages per second or 0 (unlimited), got -1\n"},
+			{[]string{"replay", "--all", "--rate", "-1"}, "outboxd: --rate must be 0.01 to 1000000 messages per second, or 0 (unlimited), got -1\n"},
 			{[]string{"replay", "--all", "--name", "no spaces"}, `outboxd: --name "no spaces" must be 1 to 100 letters, digits, ` +
 				`'.', '_', ':' or '-', starting with a letter or digit` + "\n"},
 		} {
