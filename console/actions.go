@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -232,7 +233,13 @@ func (s *Server) startJob(w http.ResponseWriter, r *http.Request, t *table, f ou
 		s.answerErr(w, r, asRequestError(err))
 		return
 	}
-	job := s.jobs.start(r.Context(), view, run)
+	job, err := s.jobs.start(r.Context(), view, run)
+	if err != nil {
+		w.Header().Set("Retry-After", "5")
+		apiError(w, http.StatusTooManyRequests, "too_many_jobs",
+			fmt.Sprintf("%d jobs are running, the most at once: wait for one to end or cancel one (POST /api/v1/jobs/{id}/cancel)", MaxRunningJobs))
+		return
+	}
 	writeJSON(w, http.StatusAccepted, struct {
 		Job JobView `json:"job"`
 	}{job})

@@ -161,6 +161,29 @@ func TestReplayJob(t *testing.T) {
 	require.Contains(t, bad.body, `replay: Name \"bad/name\" must be`)
 	require.Equal(t, jobsBefore, c.get("/api/v1/jobs").body, "no job was started")
 	require.Equal(t, http.StatusNotFound, c.do(http.MethodPost, "/api/v1/jobs/999/cancel", nil).code)
+
+	// At most MaxRunningJobs run at once; one more is refused 429 until
+	// one ends.
+	b.seed(t, 50, "Slow", "done")
+	var ids []string
+	for i := range console.MaxRunningJobs {
+		resp := c.do(http.MethodPost, api+"/replay", map[string]any{"name": fmt.Sprintf("slow-%d", i), "rate": 0.01,
+			"filter": map[string]any{"event_type": "Slow"}})
+		require.Equal(t, http.StatusAccepted, resp.code, resp.body)
+		ids = append(ids, decode2[jobBody](t, resp).Job.ID)
+	}
+	more := c.do(http.MethodPost, api+"/replay", map[string]any{"name": "one-more", "filter": map[string]any{"event_type": "Slow"}})
+	require.Equal(t, http.StatusTooManyRequests, more.code, more.body)
+	require.Equal(t, "too_many_jobs", errorCode(t, more))
+	require.NotEmpty(t, more.header.Get("Retry-After"))
+	require.Equal(t, http.StatusAccepted, c.do(http.MethodPost, "/api/v1/jobs/"+ids[0]+"/cancel", nil).code)
+	require.Equal(t, console.JobCancelled, waitJob(t, c, ids[0]).State)
+	again := c.do(http.MethodPost, api+"/replay", map[string]any{"name": "one-more", "rate": 0.01, "filter": map[string]any{"event_type": "Slow"}})
+	require.Equal(t, http.StatusAccepted, again.code, again.body)
+	for _, id := range append(ids[1:], decode2[jobBody](t, again).Job.ID) {
+		c.do(http.MethodPost, "/api/v1/jobs/"+id+"/cancel", nil)
+		waitJob(t, c, id)
+	}
 }
 
 func TestAuditPage(t *testing.T) {

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"sync"
@@ -19,6 +20,14 @@ const (
 
 // jobsKept is how many finished jobs the registry remembers.
 const jobsKept = 100
+
+// MaxRunningJobs is how many bulk actions may run at once: each holds a
+// connection and counts and moves rows, so a client starting them in a
+// loop must not take every connection of the pool.
+const MaxRunningJobs = 4
+
+// errTooManyJobs refuses a job while MaxRunningJobs run.
+var errTooManyJobs = errors.New("too many jobs running")
 
 // JobView is a tracked job as the API shows it.
 type JobView struct {
@@ -75,9 +84,19 @@ func (j *job) setTotal(n int64) {
 // start runs fn in the background as a tracked job, detached from the
 // request but cancelled by cancel or by the server's shutdown. fn reports
 // progress through the job and returns the final count.
-func (js *jobs) start(ctx context.Context, v JobView, fn func(ctx context.Context, j *job) (int64, error)) JobView {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+func (js *jobs) start(ctx context.Context, v JobView, fn func(ctx context.Context, j *job) (int64, error)) (JobView, error) {
 	js.mu.Lock()
+	running := 0
+	for _, j := range js.list {
+		if j.snapshot().State == JobRunning {
+			running++
+		}
+	}
+	if running >= MaxRunningJobs {
+		js.mu.Unlock()
+		return JobView{}, errTooManyJobs
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	js.seq++
 	v.ID = strconv.Itoa(js.seq)
 	v.State, v.StartedAt = JobRunning, time.Now().UTC()
@@ -104,7 +123,7 @@ func (js *jobs) start(ctx context.Context, v JobView, fn func(ctx context.Contex
 			j.view.State, j.view.Error = JobFailed, err.Error()
 		}
 	}()
-	return j.snapshot()
+	return j.snapshot(), nil
 }
 
 // pruneLocked forgets the oldest finished jobs beyond jobsKept.
