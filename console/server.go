@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/internal/service"
 )
 
 // Defaults of [Config].
@@ -237,11 +238,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer cancel()
 	sampled := make(chan struct{})
 	go func() { defer close(sampled); s.runSampler(ctx) }()
-	srv := &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
-	}
+	// A quarter of the open-file limit, at most 256: the metrics listener,
+	// the database and the sinks keep theirs under a flood.
+	ln = service.LimitConns(ln, 4, 256)
+	srv := service.HTTPServer(s.handler, s.logger)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	var err error

@@ -568,11 +568,10 @@ func serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger) e
 	if err != nil {
 		return fmt.Errorf("metrics: cannot listen on %s: %w", addr, err)
 	}
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	// A scrape or a probe needs few connections: an eighth of the
+	// open-file limit, at most 64.
+	ln = service.LimitConns(ln, 8, 64)
+	srv := service.HTTPServer(h, log)
 	log.InfoContext(ctx, "metrics server listening", slog.String("addr", ln.Addr().String()))
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

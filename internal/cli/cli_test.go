@@ -80,6 +80,7 @@ func TestCLI(t *testing.T) {
 		{"SnapshotCursors", testSnapshotCursors},
 		{"Pipelines", testPipelines},
 		{"PipelinesAcrossDatabases", testPipelinesAcrossDatabases},
+		{"ListenerFlood", testListenerFlood},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -1,0 +1,46 @@
+package service
+
+import (
+	"log/slog"
+	"net"
+	"net/http"
+	"syscall"
+	"time"
+
+	"golang.org/x/net/netutil"
+)
+
+// HTTPServer is a server for h with the limits every listener of the
+// program keeps, so that a client on the network cannot hold its
+// connections: a request's headers within 10 s and the whole of it within
+// 30 s, an answer written within a minute, a keep-alive connection idle
+// for a minute closed, headers of at most 64 KiB.
+func HTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      time.Minute,
+		IdleTimeout:       time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// LimitConns caps the connections ln holds open at once to a 1/share of
+// the process's open-file limit (at least 4, at most most): past it,
+// connections wait in the kernel's backlog instead of taking the file
+// descriptors every other listener, the database pool and the sinks need.
+// A flood of connections to the console then leaves /healthz answering.
+func LimitConns(ln net.Listener, share, most int) net.Listener {
+	return netutil.LimitListener(ln, connCap(share, most))
+}
+
+func connCap(share, most int) int {
+	n := most
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < uint64(most*share) {
+		n = int(lim.Cur) / share
+	}
+	return max(n, 4)
+}
