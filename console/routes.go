@@ -3,7 +3,10 @@ package console
 import (
 	"context"
 	"io/fs"
+	"net"
 	"net/http"
+	"strconv"
+	"strings"
 )
 
 func (s *Server) routes() http.Handler {
@@ -42,7 +45,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/api/", s.api(func(w http.ResponseWriter, r *http.Request, _ principal) {
 		apiError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path)
 	}))
-	return secureHeaders(s.deadline(mux))
+	return s.checkHost(secureHeaders(s.deadline(mux)))
 }
 
 // deadline bounds each request's context by Config.RequestTimeout, which
@@ -60,6 +63,38 @@ func (s *Server) deadline(next http.Handler) http.Handler {
 // script or style, no framing, no form posts elsewhere.
 const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
 	"font-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+// checkHost answers 421 a request whose Host names none of
+// Config.AllowedHosts: a page the operator visits could otherwise rebind
+// its own name to the console's address (DNS rebinding) and read it with
+// the operator's browser, which a loopback console without credentials
+// would answer.
+func (s *Server) checkHost(next http.Handler) http.Handler {
+	if len(s.cfg.AllowedHosts) == 0 {
+		return next
+	}
+	allowed := map[string]bool{}
+	for _, h := range s.cfg.AllowedHosts {
+		allowed[hostName(h)] = true
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !allowed[hostName(r.Host)] {
+			http.Error(w, "misdirected request: this console does not answer to host "+strconv.Quote(r.Host)+
+				" (the operator names the hosts it answers to)", http.StatusMisdirectedRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// hostName is a Host header's or an allowed host's name: without its
+// port, brackets or trailing dot, lower case.
+func hostName(h string) string {
+	if host, _, err := net.SplitHostPort(h); err == nil {
+		h = host
+	}
+	return strings.TrimSuffix(strings.ToLower(strings.Trim(h, "[]")), ".")
+}
 
 func secureHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,12 @@ type Config struct {
 	// that a thousand tables do not cost a thousand reads every
 	// SampleInterval; a table's charts start when it is first viewed.
 	Dynamic bool
+	// AllowedHosts are the names and addresses the console answers to (a
+	// request's Host, its port aside); any other Host is answered 421, so
+	// that a web page cannot rebind its name to the console's address and
+	// read it through the operator's browser. Empty: any Host (the command
+	// line always sets it, see AllowedHostsFor).
+	AllowedHosts []string
 	// Health, when set, says how the relay of each table is doing: "" when
 	// healthy, else why not. The table picker and GET /api/v1/tables show
 	// it.
@@ -169,6 +176,33 @@ func New(db outbox.DB, cfg *Config) (*Server, error) {
 	}
 	s.handler = s.routes()
 	return s, nil
+}
+
+// AllowedHostsFor is the default of Config.AllowedHosts for a console
+// listening on addr: its host, localhost and the loopback addresses; for
+// a wildcard address also the machine's name and every address of its
+// interfaces; and extra.
+func AllowedHostsFor(addr string, extra ...string) []string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	out := []string{"localhost", "127.0.0.1", "::1"}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		if name, err := os.Hostname(); err == nil {
+			out = append(out, name)
+		}
+		if addrs, err := net.InterfaceAddrs(); err == nil {
+			for _, a := range addrs {
+				if n, ok := a.(*net.IPNet); ok {
+					out = append(out, n.IP.String())
+				}
+			}
+		}
+	} else {
+		out = append(out, host)
+	}
+	return append(out, extra...)
 }
 
 // AddTable serves one more table, read and written through db: under

@@ -41,6 +41,7 @@ func runConsole(ctx context.Context, e *env, args []string) error {
 		write   bool
 		every   time.Duration
 		timeout time.Duration
+		hosts   []string
 		lf      logFlags
 	)
 	fs := newFlagSet(e, "console", "console [--dsn DSN] [--table NAME]... [--addr HOST:PORT] [--write]")
@@ -49,6 +50,7 @@ func runConsole(ctx context.Context, e *env, args []string) error {
 	fs.Var(&tables, "table", "outbox table, NAME or SCHEMA.NAME; repeat (or comma-separate) to show several (default outbox)")
 	fs.StringVar(&addr, "addr", consoleAddrDefault, "listen address HOST:PORT")
 	fs.BoolVar(&write, "write", false, "allow actions that change rows (dead retry/skip, replay); read-only without it")
+	fs.StringSliceVar(&hosts, "allow-host", nil, "a name the console answers to besides its address, localhost and the loopback addresses (any other Host is refused 421); repeat or comma-separate")
 	durVar(fs, &every, "sample-interval", console.SampleIntervalDefault, "how often the charts sample each table's gauges")
 	durVar(fs, &timeout, "request-timeout", console.RequestTimeoutDefault, "bound on each request's statements; past it the statement is cancelled and the request answers 504")
 	lf.register(fs)
@@ -85,7 +87,7 @@ func runConsole(ctx context.Context, e *env, args []string) error {
 	if timeout <= 0 {
 		return usagef("--request-timeout must be positive")
 	}
-	return serveConsole(ctx, e, pool, consoleOpts{addr: addr, write: write, tables: tables, flag: "--addr", every: every, timeout: timeout}, logger)
+	return serveConsole(ctx, e, pool, consoleOpts{addr: addr, write: write, tables: tables, flag: "--addr", every: every, timeout: timeout, hosts: hosts}, logger)
 }
 
 // consoleOpts are what `console` and `run --console-addr` share.
@@ -101,6 +103,8 @@ type consoleOpts struct {
 	// with the health health reports; tables is then empty.
 	dynamic bool
 	health  func(table string) string
+	// hosts are the names it answers to besides its own (AllowedHostsFor).
+	hosts []string
 }
 
 // serveConsole checks the tables, then serves the console until ctx ends.
@@ -124,6 +128,7 @@ func openConsole(ctx context.Context, e *env, pool *pgxpool.Pool, o consoleOpts,
 	srv, err := console.New(pool, &console.Config{
 		Tables: o.tables, Write: o.write, Credentials: creds, Insecure: isLoopback(o.addr), Logger: logger,
 		SampleInterval: o.every, RequestTimeout: o.timeout, Dynamic: o.dynamic, Health: o.health,
+		AllowedHosts: console.AllowedHostsFor(o.addr, o.hosts...),
 	})
 	if err != nil {
 		return nil, nil, usagef("%v", err)
@@ -167,7 +172,7 @@ func isLoopback(addr string) bool {
 // startConsole serves the console inside `run` until the returned func is
 // called.
 func (s *runSetup) startConsole(ctx context.Context, e *env, pool *pgxpool.Pool, logger *slog.Logger) (func(), error) {
-	o := consoleOpts{addr: s.consoleAddr, write: s.consoleWrite, tables: []string{s.db.table}, flag: "--console-addr"}
+	o := consoleOpts{addr: s.consoleAddr, write: s.consoleWrite, tables: []string{s.db.table}, flag: "--console-addr", hosts: s.consoleHosts}
 	srv, ln, err := openConsole(ctx, e, pool, o, logger)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"syscall"
@@ -47,6 +48,37 @@ func TestConsoleCommand(t *testing.T) {
 		code, body := getWith("http://"+addr+"/api/v1/tables", "tok-456")
 		require.Equal(t, http.StatusOK, code)
 		require.Contains(t, body, `"write": false`)
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+		requireOK(t, p.wait())
+	})
+	// A page whose name was rebound to the console's address reads
+	// nothing: any Host but the console's own names is refused 421.
+	t.Run("RefusesOtherHosts", func(t *testing.T) {
+		addr := testio.FreeAddr(t)
+		p := start(t, bin, c.env, nil, "console", "--table", c.table, "--addr", addr, "--allow-host", "console.internal")
+		get := func(host string) (int, string) {
+			req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/api/v1/status", nil)
+			req.Host = host
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return 0, err.Error()
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
+		require.Eventually(t, func() bool { code, _ := get(addr); return code == http.StatusOK }, 20*time.Second, 50*time.Millisecond,
+			"stderr:\n%s", p.stderr.String())
+		_, port, _ := net.SplitHostPort(addr)
+		for _, host := range []string{"localhost:" + port, "console.internal:" + port, "CONSOLE.INTERNAL.", "[::1]:" + port} {
+			code, body := get(host)
+			require.Equal(t, http.StatusOK, code, "%s: %s", host, body)
+		}
+		for _, host := range []string{"rebind.example:" + port, "rebind.example", "127.0.0.2:" + port} {
+			code, body := get(host)
+			require.Equal(t, http.StatusMisdirectedRequest, code, host)
+			require.NotContains(t, body, "pending", "nothing of the table")
+		}
 		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 		requireOK(t, p.wait())
 	})

@@ -9,17 +9,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-)
 
-// freeAddr is a loopback address nothing listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
-}
+	"github.com/outboxd/outbox/internal/testio"
+)
 
 // testListenerFlood: with an open-file limit of 64, a flood of connections
 // to the console that never finish a request leaves /healthz answering:
@@ -28,7 +20,7 @@ func freeAddr(t *testing.T) string {
 func testListenerFlood(t *testing.T, bin string) {
 	c := newCLI(t, bin)
 	c.migrate(t)
-	metricsAddr, consoleAddr := freeAddr(t), freeAddr(t)
+	metricsAddr, consoleAddr := testio.FreeAddr(t), testio.FreeAddr(t)
 	p := start(t, "/bin/sh", c.env, nil, "-c", `ulimit -n 64 && exec "$0" "$@"`, bin,
 		"run", "--table", c.table, "--sink", "null:", "--metrics-addr", metricsAddr, "--console-addr", consoleAddr)
 	healthz := func(timeout time.Duration) (int, error) {

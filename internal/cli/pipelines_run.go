@@ -162,7 +162,7 @@ func runPipelines(ctx context.Context, e *env, s *runSetup, args []string) error
 		return err
 	}
 	if s.consoleAddr != "" {
-		o := consoleOpts{addr: s.consoleAddr, write: s.consoleWrite, flag: "--console-addr", dynamic: true, health: d.health}
+		o := consoleOpts{addr: s.consoleAddr, write: s.consoleWrite, flag: "--console-addr", dynamic: true, health: d.health, hosts: s.consoleHosts}
 		srv, ln, err := openConsole(ctx, d.e, nil, o, logger)
 		if err != nil {
 			return err

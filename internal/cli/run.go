@@ -26,6 +26,7 @@ type runSetup struct {
 	metricsAddr  string
 	consoleAddr  string
 	consoleWrite bool
+	consoleHosts []string
 	secrets      secretFlags
 	retention    time.Duration
 	db           dbFlags
@@ -55,6 +56,7 @@ func newRunSetup(e *env, name, synopsis string) *runSetup {
 	s.fs.StringVar(&s.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this address (e.g. :9090)")
 	s.fs.StringVar(&s.consoleAddr, "console-addr", "", "serve the web console and its API on this address (e.g. 127.0.0.1:8080)")
 	s.fs.BoolVar(&s.consoleWrite, "console-write", false, "allow the console's actions that change rows (dead retry/skip, replay)")
+	s.fs.StringSliceVar(&s.consoleHosts, "console-allow-host", nil, "a name the console answers to besides its address, localhost and the loopback addresses (any other Host is refused 421); repeat or comma-separate")
 	durVar(s.fs, &s.retention, "retention", 0, "purge done rows older than this in the background (e.g. 7d); 0 = keep them")
 	durVar(s.fs, &s.discoverEvery, "discover-interval", 30*time.Second, "with pipelines in the config file: match the tables of their patterns again this often (0 = only at the start)")
 	quietVar(s.fs, &s.routes, "route", "route FILTER[,FILTER]=URL, e.g. event_type=Order*=http://orders/hook (repeatable; replaces the file's routes)")
