@@ -4,10 +4,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"syscall"
 	"time"
-
-	"golang.org/x/net/netutil"
 )
 
 // HTTPServer is a server for h with the limits every listener of the
@@ -33,7 +32,48 @@ func HTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 // descriptors every other listener, the database pool and the sinks need.
 // A flood of connections to the console then leaves /healthz answering.
 func LimitConns(ln net.Listener, share, most int) net.Listener {
-	return netutil.LimitListener(ln, connCap(share, most))
+	return &limitListener{Listener: ln, sem: make(chan struct{}, connCap(share, most)), done: make(chan struct{})}
+}
+
+// limitListener accepts a connection only while fewer than cap(sem) it
+// accepted are open.
+type limitListener struct {
+	net.Listener
+	sem       chan struct{}
+	done      chan struct{} // closed by Close
+	closeOnce sync.Once
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.sem <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+func (l *limitListener) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+// limitConn gives its slot back once, when closed.
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }
 
 func connCap(share, most int) int {
