@@ -40,10 +40,10 @@ type Dispatcher struct {
 	// earlier than the dispatcher knows; the fetcher's next claim clears
 	// it (lease.Mode.Due).
 	due atomic.Bool
-	// comesDue is when the earliest retry or defer this dispatcher wrote
-	// comes due (Unix nanoseconds; 0: none), so that an idle fetcher
-	// backing off its polls still claims it on time.
-	comesDue atomic.Int64
+	// dues are when the retries and defers this dispatcher wrote come
+	// due, so that an idle fetcher backing off its polls still claims
+	// each on time.
+	dues *dueTimes
 	// chains are the run's chains, when its mode chains an aggregate's
 	// messages: a hung publish releases what waits behind it.
 	chains atomic.Pointer[chains]
@@ -93,6 +93,7 @@ func NewDispatcher(pool *pgxpool.Pool, sink Sink, cfg *Config) (*Dispatcher, err
 		log:   c.Logger.With(slog.String("component", "dispatcher"), slog.String("owner", c.Owner)),
 		wake:  make(chan struct{}, 1),
 		sizer: newClaimSizer(c),
+		dues:  newDueTimes(),
 	}
 	d.listener = c.Listener
 	if d.listener == nil {
@@ -262,7 +263,7 @@ func (d *Dispatcher) relay(ctx context.Context, drain bool, mode lease.Mode, lea
 
 	f := &fetcher{
 		engine: d.engine(), cfg: d.cfg.fetchConfig(), mode: mode, store: d.store, pool: d.pool, sizer: d.sizer, breaker: &d.breaker,
-		wake: d.wake, listening: &d.listening, due: &d.due, comesDue: &d.comesDue,
+		wake: d.wake, listening: &d.listening, due: &d.due, dues: d.dues,
 		drain: drain, slots: capacity, leases: leases, chains: chained, out: claims,
 	}
 	f.run(ctx)

@@ -66,9 +66,9 @@ type fetcher struct {
 	// than the mode knows; dueAt is when the mode last looked again.
 	due   *atomic.Bool
 	dueAt time.Time
-	// comesDue is when the earliest retry or defer the dispatcher wrote
-	// comes due (see Dispatcher.comesDue).
-	comesDue *atomic.Int64
+	// dues are when the retries and defers the dispatcher wrote come due
+	// (see Dispatcher.dues).
+	dues *dueTimes
 	// idleEvery is the idle wait of a registered listener: PollInterval,
 	// doubled by each poll that found nothing, up to IdlePollMax.
 	idleEvery time.Duration
@@ -400,8 +400,8 @@ func (f *fetcher) idleWait() time.Duration {
 	if wait > f.cfg.poll {
 		wait = time.Duration(float64(wait) * (0.8 + 0.4*rand.Float64()))
 	}
-	if due := f.comesDue.Load(); due != 0 {
-		wait = max(min(wait, time.Unix(0, due).Sub(f.clock.Now())), 0)
+	if due, ok := f.dues.next(); ok {
+		wait = max(min(wait, due.Sub(f.clock.Now())), 0)
 	}
 	return wait
 }
@@ -412,8 +412,7 @@ func (f *fetcher) idleWait() time.Duration {
 // is renewed before it runs out.
 func (f *fetcher) backOff(ctx context.Context) {
 	now := f.clock.Now()
-	if due := f.comesDue.Load(); due != 0 && !now.Before(time.Unix(0, due)) {
-		f.comesDue.CompareAndSwap(due, 0)
+	if f.dues.drop(now) {
 		f.idleEvery = f.cfg.poll
 	} else {
 		f.idleEvery = min(2*f.idleEvery, f.cfg.idleMax)
@@ -425,19 +424,30 @@ func (f *fetcher) backOff(ctx context.Context) {
 	}
 }
 
-// sleep waits for dur, a notification or extra; false when ctx ended.
+// sleep waits for dur, a notification or extra; false when ctx ended. A
+// retry or defer written meanwhile that comes due before dur ends the
+// sleep when it does.
 func (f *fetcher) sleep(ctx context.Context, extra <-chan struct{}, dur time.Duration) bool {
 	f.poll.Reset(dur)
 	f.polled = false
-	select {
-	case <-ctx.Done():
-		return false
-	case <-f.wake:
-	case <-extra:
-	case <-f.poll.C:
-		f.polled = true
+	end := f.clock.Now().Add(dur)
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-f.wake:
+		case <-extra:
+		case <-f.poll.C:
+			f.polled = true
+		case <-f.dues.soon:
+			if due, ok := f.dues.next(); ok && due.Before(end) {
+				end = due
+				f.poll.Reset(max(due.Sub(f.clock.Now()), 0))
+			}
+			continue
+		}
+		return true
 	}
-	return true
 }
 
 // gate is how many rows the next claim may take: a batch, one row as the

@@ -21,7 +21,7 @@ func newTestFetcher(cfg *Config, mode lease.Mode, hook Hook, drain bool, out cha
 	leases := lease.NewRegistry(nil)
 	return &fetcher{
 		engine: engine{hook: hook, stats: &counters{}, log: cfg.Logger}, cfg: cfg.fetchConfig(),
-		mode: mode, sizer: newClaimSizer(cfg), breaker: &breaker{}, wake: make(chan struct{}), listening: &atomic.Bool{},
+		mode: mode, sizer: newClaimSizer(cfg), breaker: &breaker{}, wake: make(chan struct{}), listening: &atomic.Bool{}, dues: newDueTimes(),
 		drain: drain, slots: capacity, leases: leases, out: out,
 	}, capacity, leases
 }
@@ -197,7 +197,6 @@ func TestFetcherIdleBackOff(t *testing.T) {
 	now := time.Unix(1000, 0)
 	f, _, _ := newTestFetcher(cfg, &fakeMode{}, BaseHook{}, false, nil)
 	f.clock = func() time.Time { return now }
-	f.comesDue = &atomic.Int64{}
 	f.idleEvery, f.registeredAt = cfg.PollInterval, now
 
 	var grown []time.Duration
@@ -210,7 +209,7 @@ func TestFetcherIdleBackOff(t *testing.T) {
 	}
 	require.Equal(t, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second, 10 * time.Second}, grown)
 
-	f.comesDue.Store(now.Add(1500 * time.Millisecond).UnixNano())
+	f.dues.add(now.Add(1500 * time.Millisecond))
 	require.Equal(t, 1500*time.Millisecond, f.idleWait(), "woken when the retry comes due")
 	f.backOff(t.Context())
 	require.Equal(t, 10*time.Second, f.idleEvery, "not due yet: the back-off goes on")
@@ -218,12 +217,40 @@ func TestFetcherIdleBackOff(t *testing.T) {
 	require.Zero(t, f.idleWait(), "due now")
 	f.backOff(t.Context())
 	require.Equal(t, cfg.PollInterval, f.idleEvery, "came due: polled for again soon")
-	require.Zero(t, f.comesDue.Load(), "forgotten once due")
+	_, left := f.dues.next()
+	require.False(t, left, "forgotten once due")
 
-	// The earliest of the retries written counts.
-	d := &Dispatcher{}
-	d.dueAt(now.Add(5 * time.Second))
-	d.dueAt(now.Add(2 * time.Second))
-	d.dueAt(now.Add(9 * time.Second))
-	require.Equal(t, now.Add(2*time.Second).UnixNano(), d.comesDue.Load())
+	// The earliest of the retries written counts, and once it came due
+	// the next one: none is forgotten.
+	d := newDueTimes()
+	d.add(now.Add(5 * time.Second))
+	d.add(now.Add(2 * time.Second))
+	d.add(now.Add(9 * time.Second))
+	next, _ := d.next()
+	require.Equal(t, now.Add(2*time.Second), next)
+	require.True(t, d.drop(now.Add(3*time.Second)))
+	next, _ = d.next()
+	require.Equal(t, now.Add(5*time.Second), next, "the later retries are still known")
+	require.False(t, d.drop(now.Add(4*time.Second)), "none due yet")
+}
+
+// A retry written while the fetcher sleeps, coming due before the sleep
+// would end, ends it then; one coming due later leaves the sleep as it is.
+func TestFetcherSleepEndsWhenARetryComesDue(t *testing.T) {
+	t.Parallel()
+	f, _, _ := newTestFetcher(stageConfig(3, 2), &fakeMode{}, BaseHook{}, false, nil)
+	f.poll = time.NewTimer(time.Hour)
+	slept := make(chan bool)
+	start := time.Now()
+	go func() { slept <- f.sleep(t.Context(), nil, time.Hour) }()
+	f.dues.add(time.Now().Add(2 * time.Hour)) // later: no change
+	f.dues.add(time.Now().Add(100 * time.Millisecond))
+	select {
+	case ok := <-slept:
+		require.True(t, ok)
+		require.True(t, f.polled, "ended on its timer, as a poll")
+		require.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond)
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "the sleep did not end when the retry came due")
+	}
 }

@@ -1,9 +1,6 @@
 package outbox
 
-import (
-	"log/slog"
-	"time"
-)
+import "log/slog"
 
 // settle reports one message's outcome once its fenced write was tried: the
 // hook, the counters and a log line for what an operator should see. A
@@ -32,25 +29,13 @@ func (d *Dispatcher) settle(v *verdict, held bool) {
 			slog.Int64("lease_version", m.FencingToken), slog.Int("attempt", m.Attempt),
 			slog.String("error", v.write.Error))
 	case OutcomeRetry:
-		d.dueAt(d.clock.Now().Add(v.write.Delay))
+		d.dues.add(d.clock.Now().Add(v.write.Delay))
 		d.log.Info("message will be retried", slog.Int64("outbox_id", m.ID),
 			slog.Int64("lease_version", m.FencingToken), slog.Int("attempt", m.Attempt),
 			slog.Duration("delay", v.write.Delay), slog.String("error", v.write.Error))
 	case OutcomeDefer:
-		d.dueAt(d.clock.Now().Add(v.write.Delay))
+		d.dues.add(d.clock.Now().Add(v.write.Delay))
 		d.log.Debug("message deferred", slog.Int64("outbox_id", m.ID),
 			slog.Int64("lease_version", m.FencingToken), slog.Duration("delay", v.write.Delay))
-	}
-}
-
-// dueAt records that a message this dispatcher wrote back comes due at t:
-// the earliest such time is kept for the fetcher's idle wait.
-func (d *Dispatcher) dueAt(t time.Time) {
-	n := t.UnixNano()
-	for {
-		cur := d.comesDue.Load()
-		if cur != 0 && cur <= n || d.comesDue.CompareAndSwap(cur, n) {
-			return
-		}
 	}
 }
