@@ -105,9 +105,7 @@ type pipelineRun struct {
 	stop     context.CancelFunc
 	done     chan struct{}
 	err      error
-	// shown is whether the console serves its table; problem is why it
-	// is not relayed now ("" while it runs).
-	shown   bool
+	// problem is why its table is not relayed now (nil while it runs).
 	problem atomic.Pointer[string]
 }
 
@@ -132,7 +130,9 @@ type daemon struct {
 	runs      map[string]*pipelineRun // by table
 	wg        sync.WaitGroup
 	// console serves every table running (--console-addr); nil without.
+	// shown are the runs whose table it shows, by table.
 	console *console.Server
+	shown   map[string]*pipelineRun
 }
 
 func runPipelines(ctx context.Context, e *env, s *runSetup, args []string) error {
@@ -167,7 +167,7 @@ func runPipelines(ctx context.Context, e *env, s *runSetup, args []string) error
 		if err != nil {
 			return err
 		}
-		d.console = srv
+		d.console, d.shown = srv, map[string]*pipelineRun{}
 		stopConsole := serveInBackground(ctx, srv, ln, logger)
 		defer stopConsole()
 	}
@@ -372,8 +372,9 @@ func (d *daemon) discover(ctx context.Context) {
 func (d *daemon) drop(key string, r *pipelineRun) {
 	r.stop()
 	delete(d.runs, key)
-	if r.shown {
+	if d.shown[r.table] == r {
 		d.console.RemoveTable(r.table)
+		delete(d.shown, r.table)
 	}
 }
 
@@ -381,12 +382,11 @@ func (d *daemon) drop(key string, r *pipelineRun) {
 // relay it now, or "".
 func (d *daemon) health(table string) string {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, r := range d.runs {
-		if r.shown && r.table == table {
-			if p := r.problem.Load(); p != nil {
-				return *p
-			}
+	r := d.shown[table]
+	d.mu.Unlock()
+	if r != nil {
+		if p := r.problem.Load(); p != nil {
+			return *p
 		}
 	}
 	return ""
@@ -429,7 +429,7 @@ func (d *daemon) start(ctx context.Context, p *pipelineSpec, name, table, key st
 		if err := d.console.AddTable(table, pool); err != nil {
 			logger.Warn("the console does not show this table: another pipeline's has its name", slog.String("table", table))
 		} else {
-			r.shown = true
+			d.shown[table] = r
 		}
 	}
 	d.wg.Go(func() {
