@@ -363,12 +363,12 @@ func (f *fetcher) idle(ctx context.Context) bool {
 		}
 	}
 	registered := f.waiting && f.listening.Load()
-	wait := f.cfg.poll
+	wait, soon := f.cfg.poll, (<-chan struct{})(nil)
 	if registered {
-		wait = f.idleWait()
+		wait, soon = f.idleWait(), f.dues.soon
 	}
 	f.hook.OnIdle(IdleEvent{Registered: registered, Wait: wait})
-	if !f.sleep(ctx, f.headFreed(), wait) {
+	if !f.sleepIdle(ctx, f.headFreed(), wait, soon) {
 		return false
 	}
 	if registered && f.polled && f.listening.Load() {
@@ -424,10 +424,17 @@ func (f *fetcher) backOff(ctx context.Context) {
 	}
 }
 
-// sleep waits for dur, a notification or extra; false when ctx ended. A
-// retry or defer written meanwhile that comes due before dur ends the
-// sleep when it does.
+// sleep waits for dur, a notification or extra; false when ctx ended.
 func (f *fetcher) sleep(ctx context.Context, extra <-chan struct{}, dur time.Duration) bool {
+	return f.sleepIdle(ctx, extra, dur, nil)
+}
+
+// sleepIdle is sleep for a registered idle fetcher, whose wait the
+// back-off may have made long: signalled on soon, it looks again when the
+// next retry or defer it wrote comes due, and ends the sleep then if that
+// is sooner. (Other sleeps keep PollInterval as the bound of a retry's
+// lateness, as configured.)
+func (f *fetcher) sleepIdle(ctx context.Context, extra <-chan struct{}, dur time.Duration, soon <-chan struct{}) bool {
 	f.poll.Reset(dur)
 	f.polled = false
 	end := f.clock.Now().Add(dur)
@@ -439,7 +446,7 @@ func (f *fetcher) sleep(ctx context.Context, extra <-chan struct{}, dur time.Dur
 		case <-extra:
 		case <-f.poll.C:
 			f.polled = true
-		case <-f.dues.soon:
+		case <-soon:
 			if due, ok := f.dues.next(); ok && due.Before(end) {
 				end = due
 				f.poll.Reset(max(due.Sub(f.clock.Now()), 0))

@@ -234,15 +234,16 @@ func TestFetcherIdleBackOff(t *testing.T) {
 	require.False(t, d.drop(now.Add(4*time.Second)), "none due yet")
 }
 
-// A retry written while the fetcher sleeps, coming due before the sleep
-// would end, ends it then; one coming due later leaves the sleep as it is.
+// A retry written while a registered idle fetcher sleeps, coming due
+// before the sleep would end, ends it then; one coming due later leaves
+// the sleep as it is.
 func TestFetcherSleepEndsWhenARetryComesDue(t *testing.T) {
 	t.Parallel()
 	f, _, _ := newTestFetcher(stageConfig(3, 2), &fakeMode{}, BaseHook{}, false, nil)
 	f.poll = time.NewTimer(time.Hour)
 	slept := make(chan bool)
 	start := time.Now()
-	go func() { slept <- f.sleep(t.Context(), nil, time.Hour) }()
+	go func() { slept <- f.sleepIdle(t.Context(), nil, time.Hour, f.dues.soon) }()
 	f.dues.add(time.Now().Add(2 * time.Hour)) // later: no change
 	f.dues.add(time.Now().Add(100 * time.Millisecond))
 	select {
