@@ -109,7 +109,8 @@ func (d *Dispatcher) Config() Config { return *d.cfg }
 // Run relays messages until ctx is cancelled, then shuts down gracefully:
 // it stops claiming, lets in-flight publishes finish and finalizes them,
 // releases claimed rows it had not started (fenced, attempt refunded), and
-// returns nil. It returns an error only if it cannot start (the table does
+// returns nil (as it does when ctx ends while it starts). It returns an
+// error only if it cannot start (the table does
 // not exist, or the role lacks a privilege it needs: [*PrivilegeError]);
 // database errors while running are logged and retried, never fatal,
 // because delivery must resume once the database does.
@@ -154,6 +155,16 @@ func running(done <-chan struct{}) bool {
 	}
 }
 
+// stoppedBeforeStart is nil for a start cut short by ctx's end (a SIGTERM
+// while the catalogs were read): nothing was claimed, so it is a clean
+// stop, not a failure; any other error is returned.
+func stoppedBeforeStart(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil //nolint:nilerr // the stop asked for, not a failure
+	}
+	return err
+}
+
 // resolve checks, before anything is claimed, that the connected role holds
 // every privilege the dispatcher needs (a [*PrivilegeError] otherwise: a
 // role without them would fail every claim, forever), then finds the table.
@@ -177,7 +188,7 @@ func (d *Dispatcher) resolve(ctx context.Context) (store.Table, error) {
 func (d *Dispatcher) run(ctx context.Context, drain bool) error {
 	table, err := d.resolve(ctx)
 	if err != nil {
-		return err
+		return stoppedBeforeStart(ctx, err)
 	}
 	if d.store.Table.Schema == "" {
 		// From here on every statement names the table's schema, so none
@@ -190,7 +201,7 @@ func (d *Dispatcher) run(ctx context.Context, drain bool) error {
 	leases := lease.NewRegistry(d.clock)
 	mode, err := lease.New(ctx, d.store, d.pool, leases, lc, d.leaseCallbacks(), d.log)
 	if err != nil {
-		return err
+		return stoppedBeforeStart(ctx, err)
 	}
 	var stopListener, stopKeeper func()
 	stopBeater := startService(ctx, d.newBeater(leases).run)

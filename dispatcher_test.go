@@ -480,6 +480,25 @@ func TestConfigValidation(t *testing.T) {
 		require.ErrorIs(t, d.Start(ctx), outbox.ErrTableMissing)
 		require.NoError(t, d.Stop(), "Stop after a failed Start")
 	})
+
+	// A SIGTERM while the dispatcher reads the catalogs is a clean stop:
+	// nothing was claimed, nothing failed.
+	t.Run("StoppedWhileStarting", func(t *testing.T) {
+		t.Parallel()
+		schema := testdb.NewSchema(t)
+		table := schema + ".outbox"
+		a, err := outbox.NewAdmin(pool, table)
+		require.NoError(t, err)
+		require.NoError(t, a.Migrate(t.Context()))
+		for _, mode := range []outbox.LeaseMode{outbox.LeaseRows, outbox.LeaseShards, outbox.LeaseCursor} {
+			d, err := outbox.NewDispatcher(pool, sink, &outbox.Config{Table: table, LeaseMode: mode, Logger: quietLogger()})
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel()
+			require.NoError(t, d.Run(ctx), mode)
+			require.NoError(t, d.Drain(ctx), mode)
+		}
+	})
 }
 
 func TestStartStop(t *testing.T) {

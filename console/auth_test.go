@@ -188,3 +188,49 @@ func TestSecureHeaders(t *testing.T) {
 	require.NotContains(t, page, "style=")
 	require.NotContains(t, strings.ToLower(page), "<style")
 }
+
+// Behind a proxy that terminates TLS, the browser speaks HTTPS: the
+// session cookie is Secure (and HttpOnly, SameSite=Strict) and every
+// answer carries HSTS. Over plain HTTP neither, or a browser reaching the
+// console by http:// could never sign in.
+func TestHTTPSCookiesAndHSTS(t *testing.T) {
+	t.Parallel()
+	// signIn posts the form: the answer's headers and cookies.
+	signIn := func(b *testBundle) (http.Header, []*http.Cookie) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, b.srv.URL+"/login", strings.NewReader("token="+testToken))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", b.srv.URL)
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+		return resp.Header, resp.Cookies()
+	}
+	cookieOf := func(cookies []*http.Cookie) *http.Cookie {
+		for _, c := range cookies {
+			if c.Name == "outboxd_console" {
+				return c
+			}
+		}
+		require.FailNow(t, "no session cookie set")
+		return nil
+	}
+
+	proxied := setup(t, console.Config{Credentials: console.Credentials{Token: testToken}, BehindTLSProxy: true})
+	header, cookies := signIn(proxied)
+	c := cookieOf(cookies)
+	require.True(t, c.Secure, "Secure")
+	require.True(t, c.HttpOnly, "HttpOnly")
+	require.Equal(t, http.SameSiteStrictMode, c.SameSite)
+	require.Equal(t, "max-age=31536000", header.Get("Strict-Transport-Security"))
+	for _, path := range []string{"/login", "/static/console.js", "/nope"} {
+		r := proxied.client(t, nil).get(path)
+		require.Equal(t, "max-age=31536000", r.header.Get("Strict-Transport-Security"), path)
+	}
+
+	plain := setup(t, console.Config{Credentials: console.Credentials{Token: testToken}})
+	header, cookies = signIn(plain)
+	require.False(t, cookieOf(cookies).Secure)
+	require.Empty(t, header.Get("Strict-Transport-Security"))
+}

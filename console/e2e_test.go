@@ -3,6 +3,7 @@ package console_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/outboxd/outbox/console"
 	"github.com/outboxd/outbox/internal/testdb"
+	"github.com/outboxd/outbox/internal/testio"
 )
 
 const chromiumPath = "/usr/bin/chromium"
@@ -149,4 +151,44 @@ func TestE2EBrowser(t *testing.T) {
 	t.Log(strings.TrimSpace(out.String()))
 	require.Contains(t, logs.String(), "outbox audit")
 	require.NotContains(t, logs.String(), testToken)
+}
+
+// TestE2ETLS signs in, in headless Chromium, to a console serving HTTPS
+// with a self-signed certificate on a wildcard address (console/e2e/tls.mjs)
+// and checks the session cookie's flags and HSTS as the browser keeps them.
+func TestE2ETLS(t *testing.T) {
+	t.Parallel()
+	node := requireTools(t)
+	npmCI(t)
+	bin := buildBinary(t)
+	b := setup(t, console.Config{Credentials: console.Credentials{Token: testToken}})
+	cert, pool := testio.SelfSigned(t, "outboxd console")
+	certFile, keyFile := testio.WriteCert(t, t.TempDir(), cert)
+	_, port, err := net.SplitHostPort(freeAddr(t))
+	require.NoError(t, err)
+	env := append(os.Environ(), "OUTBOX_DSN="+testdb.DSN(t), console.EnvUser+"=ops", console.EnvPassword+"=pa55-w0rd-tls")
+	logs := startBin(t, bin, env, "console", "--table", b.table, "--addr", "0.0.0.0:"+port, "--write",
+		"--tls-cert", certFile, "--tls-key", keyFile)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	base := "https://127.0.0.1:" + port
+	require.Eventually(t, func() bool {
+		resp, err := client.Get(base + "/login")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 20*time.Second, 50*time.Millisecond, "console never answered:\n%s", logs.String())
+
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "tls.mjs")
+	cmd.Dir = "e2e"
+	cmd.Env = append(os.Environ(), "CONSOLE_URL="+base, "CONSOLE_USER=ops", "CONSOLE_PASSWORD=pa55-w0rd-tls")
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	require.NoError(t, cmd.Run(), "browser test failed:\n%s\n%s\nconsole log:\n%s", out.String(), errOut.String(), logs.String())
+	t.Log(strings.TrimSpace(out.String()))
+	require.Contains(t, logs.String(), "https://")
+	require.NotContains(t, logs.String(), "pa55-w0rd-tls")
 }

@@ -61,7 +61,7 @@ func (s *Server) loginSubmit(w http.ResponseWriter, r *http.Request) {
 		s.renderLogin(w, next, "Wrong credentials.")
 		return
 	}
-	s.sessions.open(w, r, actor)
+	s.sessions.open(w, r, actor, s.cfg.https())
 	s.logger.Info("console: signed in", slog.String("actor", actor), slog.String("remote", r.RemoteAddr))
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
@@ -69,7 +69,7 @@ func (s *Server) loginSubmit(w http.ResponseWriter, r *http.Request) {
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 	p, ok := s.authenticate(r)
 	if ok && checkWrite(r, p) == "" {
-		s.sessions.close(w, r)
+		s.sessions.close(w, r, s.cfg.https())
 	}
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }

@@ -68,7 +68,7 @@ func (s *Server) page(h pageHandler) http.HandlerFunc {
 		}
 		sess := p.session
 		if sess == nil {
-			sess = s.sessions.open(w, r, p.actor)
+			sess = s.sessions.open(w, r, p.actor, s.cfg.https())
 		}
 		t := s.lookup(r.PathValue("table"))
 		if t == nil {

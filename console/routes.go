@@ -45,7 +45,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/api/", s.api(func(w http.ResponseWriter, r *http.Request, _ principal) {
 		apiError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path)
 	}))
-	return s.checkHost(secureHeaders(s.deadline(mux)))
+	return s.checkHost(secureHeaders(s.cfg.https(), s.deadline(mux)))
 }
 
 // deadline bounds each request's context by Config.RequestTimeout, which
@@ -96,9 +96,17 @@ func hostName(h string) string {
 	return strings.TrimSuffix(strings.ToLower(strings.Trim(h, "[]")), ".")
 }
 
-func secureHeaders(next http.Handler) http.Handler {
+// hsts keeps a browser that reached the console over HTTPS on HTTPS for a
+// year. Not for subdomains: the console's name may be a subdomain of a
+// site it does not own.
+const hsts = "max-age=31536000"
+
+func secureHeaders(https bool, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
+		if https {
+			h.Set("Strict-Transport-Security", hsts)
+		}
 		h.Set("Content-Security-Policy", csp)
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -47,6 +48,15 @@ type Config struct {
 	// read it through the operator's browser. Empty: any Host (the command
 	// line always sets it, see AllowedHostsFor).
 	AllowedHosts []string
+	// TLS, when set, makes Serve answer HTTPS only, with this configuration
+	// (its certificate read again when renewed, say: the command line's
+	// --tls-cert). The session cookie is then Secure and every answer
+	// carries Strict-Transport-Security.
+	TLS *tls.Config
+	// BehindTLSProxy says a proxy in front of the console terminates TLS:
+	// browsers speak HTTPS to it, so the session cookie is Secure and
+	// answers carry Strict-Transport-Security, as with TLS.
+	BehindTLSProxy bool
 	// Health, when set, says how the relay of each table is doing: "" when
 	// healthy, else why not. The table picker and GET /api/v1/tables show
 	// it.
@@ -98,6 +108,9 @@ type Config struct {
 	// marked exact_timed_out. Defaults to 150ms.
 	ExactCountTimeout time.Duration
 }
+
+// https reports whether browsers reach the console over HTTPS.
+func (c *Config) https() bool { return c.TLS != nil || c.BehindTLSProxy }
 
 // Server is the console's HTTP handler, its sampler and its job registry.
 type Server struct {
@@ -276,8 +289,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// the database and the sinks keep theirs under a flood.
 	ln = service.LimitConns(ln, 4, 256)
 	srv := service.HTTPServer(s.handler, s.logger)
+	srv.TLSConfig = s.cfg.TLS
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- service.Serve(srv, ln) }()
 	var err error
 	select {
 	case <-ctx.Done():

@@ -52,7 +52,7 @@ func (ss *sessions) get(r *http.Request) *session {
 }
 
 // open starts a session for actor and sets its cookie.
-func (ss *sessions) open(w http.ResponseWriter, r *http.Request, actor string) *session {
+func (ss *sessions) open(w http.ResponseWriter, r *http.Request, actor string, https bool) *session {
 	sess := &session{id: randomToken(), actor: actor, csrf: randomToken(), expires: time.Now().Add(sessionTTL)}
 	ss.mu.Lock()
 	if len(ss.byID) >= sessionsMax {
@@ -61,20 +61,20 @@ func (ss *sessions) open(w http.ResponseWriter, r *http.Request, actor string) *
 	ss.byID[sess.id] = sess
 	ss.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: sess.id, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
+		Name: sessionCookie, Value: sess.id, Path: "/", HttpOnly: true, Secure: https || r.TLS != nil,
 		SameSite: http.SameSiteStrictMode, MaxAge: int(sessionTTL.Seconds()),
 	})
 	return sess
 }
 
 // close ends the request's session and clears its cookie.
-func (ss *sessions) close(w http.ResponseWriter, r *http.Request) {
+func (ss *sessions) close(w http.ResponseWriter, r *http.Request, https bool) {
 	if c, err := r.Cookie(sessionCookie); err == nil {
 		ss.mu.Lock()
 		delete(ss.byID, c.Value)
 		ss.mu.Unlock()
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: https || r.TLS != nil, SameSite: http.SameSiteStrictMode})
 }
 
 // evictLocked drops expired sessions, or all when none has expired, so a

@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/outboxd/outbox/internal/cli"
+	"github.com/outboxd/outbox/internal/testio"
 )
 
 const (
@@ -311,4 +312,56 @@ func mapAt(t *testing.T, v any) map[string]any {
 	m, ok := asMap(v)
 	require.True(t, ok, "want a map, got %T", v)
 	return m
+}
+
+// tls.secretName mounts a TLS Secret whole (so that a renewal reaches the
+// files), points --tls-cert and --tls-key at it through variables run
+// reads, and makes the probes and the scrape HTTPS.
+func TestHelmChartTLS(t *testing.T) {
+	t.Parallel()
+	helm := requireTool(t, "helm", helmInstall)
+	if helm == "" {
+		return
+	}
+	ms := renderChart(t, helm, "secret.dsn=postgres://db/app", "serviceMonitor.enabled=true", "tls.secretName=relay-tls",
+		"pipelines[0].name=orders", "pipelines[0].table=orders.outbox")
+	dep := find(t, ms, "Deployment", "relay-outboxd")
+	pod, _ := asMap(dig(dep, "spec", "template", "spec"))
+	c, _ := asMap(dig(pod, "containers", "outboxd"))
+	require.Equal(t, "relay-tls", dig(pod, "volumes", "tls", "secret", "secretName"))
+	require.Equal(t, "relay-outboxd-pipelines", dig(pod, "volumes", "pipelines", "secret", "secretName"), "both volumes")
+	mount, _ := asMap(dig(c, "volumeMounts", "tls"))
+	require.Equal(t, "/etc/outboxd-tls", mount["mountPath"])
+	require.Nil(t, mount["subPath"], "a subPath mount never sees a renewal")
+	env := map[string]string{}
+	for _, e := range c["env"].([]any) {
+		m, _ := asMap(e)
+		env[str(m["name"])] = str(m["value"])
+	}
+	require.Equal(t, map[string]string{"OUTBOXD_TLS_CERT": "/etc/outboxd-tls/tls.crt", "OUTBOXD_TLS_KEY": "/etc/outboxd-tls/tls.key"}, env)
+	// Each variable names a flag of run: config check takes them, on a
+	// real pair of files.
+	cert, _ := testio.SelfSigned(t, "relay")
+	certFile, keyFile := testio.WriteCert(t, t.TempDir(), cert)
+	files := map[string]string{"/etc/outboxd-tls/tls.crt": certFile, "/etc/outboxd-tls/tls.key": keyFile}
+	args := []string{"config", "check", "--dsn", "postgres://db/app", "--metrics-addr", ":9090"}
+	for k, v := range env {
+		args = append(args, "--"+strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(k, "OUTBOXD_"), "_", "-")), files[v])
+	}
+	var stdout, stderr bytes.Buffer
+	code := cli.Main(context.Background(), args, strings.NewReader(""), &stdout, &stderr)
+	require.Equal(t, cli.ExitOK, code, "outboxd %s\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), stdout.String(), stderr.String())
+	require.Equal(t, "HTTPS", dig(c, "readinessProbe", "httpGet", "scheme"))
+	require.Equal(t, "HTTPS", dig(c, "livenessProbe", "httpGet", "scheme"))
+	sm := find(t, ms, "ServiceMonitor", "relay-outboxd")
+	ep, _ := asMap(dig(sm, "spec", "endpoints").([]any)[0])
+	require.Equal(t, "https", ep["scheme"])
+	require.Equal(t, true, dig(ep, "tlsConfig", "insecureSkipVerify"))
+
+	plain := renderChart(t, helm, "secret.dsn=postgres://db/app", "serviceMonitor.enabled=true")
+	c, _ = asMap(dig(find(t, plain, "Deployment", "relay-outboxd"), "spec", "template", "spec", "containers", "outboxd"))
+	require.Nil(t, dig(c, "readinessProbe", "httpGet", "scheme"), "HTTP without a certificate")
+	require.Nil(t, c["volumeMounts"])
+	ep, _ = asMap(dig(find(t, plain, "ServiceMonitor", "relay-outboxd"), "spec", "endpoints").([]any)[0])
+	require.Nil(t, ep["scheme"])
 }

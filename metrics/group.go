@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -74,5 +75,10 @@ func (g *Group) Handler() http.Handler { return handler(g.gatherer, g.Ready) }
 
 // Serve serves Handler on addr as [Metrics.Serve] does.
 func (g *Group) Serve(ctx context.Context, addr string) error {
-	return serve(ctx, addr, g.Handler(), g.log)
+	return serve(ctx, addr, g.Handler(), g.log, nil)
+}
+
+// ServeTLS serves Handler on addr over TLS as [Metrics.ServeTLS] does.
+func (g *Group) ServeTLS(ctx context.Context, addr string, tc *tls.Config) error {
+	return serve(ctx, addr, g.Handler(), g.log, tc)
 }

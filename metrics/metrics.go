@@ -38,6 +38,7 @@ package metrics
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -558,11 +559,17 @@ const shutdownTimeout = 5 * time.Second
 // and returns nil. It returns an error at once if addr cannot be bound, and
 // if the server fails while serving.
 func (m *Metrics) Serve(ctx context.Context, addr string) error {
-	return serve(ctx, addr, m.Handler(), m.log)
+	return serve(ctx, addr, m.Handler(), m.log, nil)
 }
 
-// serve serves h on addr as Serve does.
-func serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger) error {
+// ServeTLS is Serve answering HTTPS only, with tc (its certificate, say,
+// read again when renewed); probes and scrapes then use https.
+func (m *Metrics) ServeTLS(ctx context.Context, addr string, tc *tls.Config) error {
+	return serve(ctx, addr, m.Handler(), m.log, tc)
+}
+
+// serve serves h on addr as Serve does, over TLS when tc is set.
+func serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger, tc *tls.Config) error {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
@@ -572,9 +579,10 @@ func serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger) e
 	// open-file limit, at most 64.
 	ln = service.LimitConns(ln, 8, 64)
 	srv := service.HTTPServer(h, log)
-	log.InfoContext(ctx, "metrics server listening", slog.String("addr", ln.Addr().String()))
+	srv.TLSConfig = tc
+	log.InfoContext(ctx, "metrics server listening", slog.String("addr", ln.Addr().String()), slog.Bool("tls", tc != nil))
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- service.Serve(srv, ln) }()
 	select {
 	case err := <-served:
 		return fmt.Errorf("metrics: serving on %s: %w", addr, err)

@@ -30,6 +30,12 @@ func runConfig(ctx context.Context, e *env, args []string) error {
 	if _, err := s.lf.logger(e.stderr); err != nil {
 		return err
 	}
+	if err := s.tlsListeners(); err != nil {
+		return err
+	}
+	if err := s.tls.loads(); err != nil {
+		return err
+	}
 	if len(s.pipelines) > 0 {
 		return checkPipelineConfig(ctx, e, s, args[1:], *connect)
 	}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -42,6 +43,7 @@ func runConsole(ctx context.Context, e *env, args []string) error {
 		every   time.Duration
 		timeout time.Duration
 		hosts   []string
+		tf      tlsFlags
 		lf      logFlags
 	)
 	fs := newFlagSet(e, "console", "console [--dsn DSN] [--table NAME]... [--addr HOST:PORT] [--write]")
@@ -51,6 +53,7 @@ func runConsole(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&addr, "addr", consoleAddrDefault, "listen address HOST:PORT")
 	fs.BoolVar(&write, "write", false, "allow actions that change rows (dead retry/skip, replay); read-only without it")
 	fs.StringSliceVar(&hosts, "allow-host", nil, "a name the console answers to besides its address, localhost and the loopback addresses (any other Host is refused 421); repeat or comma-separate")
+	tf.register(fs, "the console")
 	durVar(fs, &every, "sample-interval", console.SampleIntervalDefault, "how often the charts sample each table's gauges")
 	durVar(fs, &timeout, "request-timeout", console.RequestTimeoutDefault, "bound on each request's statements; past it the statement is cancelled and the request answers 504")
 	lf.register(fs)
@@ -58,6 +61,9 @@ func runConsole(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if err := noArgs(fs); err != nil {
+		return err
+	}
+	if err := tf.check(); err != nil {
 		return err
 	}
 	if len(tables) == 0 {
@@ -87,7 +93,12 @@ func runConsole(ctx context.Context, e *env, args []string) error {
 	if timeout <= 0 {
 		return usagef("--request-timeout must be positive")
 	}
-	return serveConsole(ctx, e, pool, consoleOpts{addr: addr, write: write, tables: tables, flag: "--addr", every: every, timeout: timeout, hosts: hosts}, logger)
+	tc, stopTLS, err := tf.config(ctx, logger)
+	if err != nil {
+		return err
+	}
+	defer stopTLS()
+	return serveConsole(ctx, e, pool, consoleOpts{addr: addr, write: write, tables: tables, flag: "--addr", every: every, timeout: timeout, hosts: hosts, tls: tc, proxy: tf.proxy}, logger)
 }
 
 // consoleOpts are what `console` and `run --console-addr` share.
@@ -105,6 +116,11 @@ type consoleOpts struct {
 	health  func(table string) string
 	// hosts are the names it answers to besides its own (AllowedHostsFor).
 	hosts []string
+	// tls serves HTTPS (--tls-cert); proxy says a proxy terminates TLS in
+	// front (--behind-tls-proxy). Credentials on a non-loopback address
+	// need one of them.
+	tls   *tls.Config
+	proxy bool
 }
 
 // serveConsole checks the tables, then serves the console until ctx ends.
@@ -128,10 +144,14 @@ func openConsole(ctx context.Context, e *env, pool *pgxpool.Pool, o consoleOpts,
 	srv, err := console.New(pool, &console.Config{
 		Tables: o.tables, Write: o.write, Credentials: creds, Insecure: isLoopback(o.addr), Logger: logger,
 		SampleInterval: o.every, RequestTimeout: o.timeout, Dynamic: o.dynamic, Health: o.health,
-		AllowedHosts: console.AllowedHostsFor(o.addr, o.hosts...),
+		AllowedHosts: console.AllowedHostsFor(o.addr, o.hosts...), TLS: o.tls, BehindTLSProxy: o.proxy,
 	})
 	if err != nil {
 		return nil, nil, usagef("%v", err)
+	}
+	if !isLoopback(o.addr) && o.tls == nil && !o.proxy {
+		return nil, nil, usagef("console: %s %s is not a loopback address and its credentials would cross the network in clear text: "+
+			"serve TLS (--tls-cert and --tls-key), or say that a proxy in front terminates it (--behind-tls-proxy)", o.flag, o.addr)
 	}
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
@@ -150,7 +170,11 @@ func openConsole(ctx context.Context, e *env, pool *pgxpool.Pool, o consoleOpts,
 	case creds.User != "":
 		auth = "basic auth"
 	}
-	logger.Info("console listening", slog.String("url", "http://"+ln.Addr().String()+"/"),
+	scheme := "http://"
+	if o.tls != nil {
+		scheme = "https://"
+	}
+	logger.Info("console listening", slog.String("url", scheme+ln.Addr().String()+"/"),
 		slog.Any("tables", o.tables), slog.String("mode", mode), slog.String("auth", auth))
 	return srv, ln, nil
 }
@@ -172,7 +196,7 @@ func isLoopback(addr string) bool {
 // startConsole serves the console inside `run` until the returned func is
 // called.
 func (s *runSetup) startConsole(ctx context.Context, e *env, pool *pgxpool.Pool, logger *slog.Logger) (func(), error) {
-	o := consoleOpts{addr: s.consoleAddr, write: s.consoleWrite, tables: []string{s.db.table}, flag: "--console-addr", hosts: s.consoleHosts}
+	o := consoleOpts{addr: s.consoleAddr, write: s.consoleWrite, tables: []string{s.db.table}, flag: "--console-addr", hosts: s.consoleHosts, tls: s.tc, proxy: s.tls.proxy}
 	srv, ln, err := openConsole(ctx, e, pool, o, logger)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 
@@ -48,7 +49,7 @@ func (s *runSetup) startMetrics(ctx context.Context, pool *pgxpool.Pool, cfg *ou
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := m.Serve(ctx, s.metricsAddr); err != nil {
+		if err := m.ServeTLS(ctx, s.metricsAddr, s.tc); err != nil {
 			logger.Error("metrics server stopped", slog.Any("error", err))
 		}
 	}()
@@ -77,7 +78,7 @@ type pipelineMetrics struct {
 
 // serveGroup serves the pipelines' metrics on --metrics-addr until ctx
 // ends; a bad address stops the daemon at once.
-func serveGroup(ctx context.Context, addr string, logger *slog.Logger) (*prometheus.Registry, *metrics.Group, func(), error) {
+func serveGroup(ctx context.Context, addr string, tc *tls.Config, logger *slog.Logger) (*prometheus.Registry, *metrics.Group, func(), error) {
 	reg := newProcessRegistry()
 	g := metrics.NewGroup(reg, logger)
 	ln, err := net.Listen("tcp", addr)
@@ -89,7 +90,7 @@ func serveGroup(ctx context.Context, addr string, logger *slog.Logger) (*prometh
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := g.Serve(ctx, addr); err != nil {
+		if err := g.ServeTLS(ctx, addr, tc); err != nil {
 			logger.Error("metrics server stopped", slog.Any("error", err))
 		}
 	}()

@@ -28,6 +28,7 @@ type pipelineSpec struct {
 // processKeys are settings of the whole process, not of one pipeline.
 var processKeys = map[string]bool{
 	"config": true, "metrics-addr": true, "console-addr": true, "console-write": true, "console-allow-host": true,
+	"tls-cert": true, "tls-key": true, "behind-tls-proxy": true,
 	"log-level": true, "log-format": true, "drain": true, "discover-interval": true,
 }
 

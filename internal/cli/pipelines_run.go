@@ -53,7 +53,7 @@ func (s *runSetup) pipelineSetup(e *env, args []string, p *pipelineSpec, table s
 		ps.routes, ps.fileRoutes = nil, p.routes
 	}
 	// The daemon serves the metrics of all; the console is not served.
-	ps.db.table, ps.pipelines, ps.metricsAddr, ps.consoleAddr = table, nil, "", ""
+	ps.db.table, ps.pipelines, ps.metricsAddr, ps.consoleAddr, ps.tls = table, nil, "", "", tlsFlags{}
 	ps.rf.idNamespace = pipelineNamespace(p, ps.rf.idNamespace, table)
 	if _, err := outbox.NewAdmin(nil, table); err != nil {
 		return nil, usagef("--config %s: line %d: pipeline %q: table: %v", s.db.config, p.lines["table"], p.name, err)
@@ -150,8 +150,13 @@ func runPipelines(ctx context.Context, e *env, s *runSetup, args []string) error
 		return err
 	}
 	defer d.closePools()
+	tc, stopTLS, err := s.listenTLS(ctx, logger)
+	if err != nil {
+		return err
+	}
+	defer stopTLS()
 	if s.metricsAddr != "" {
-		reg, group, stop, err := serveGroup(ctx, s.metricsAddr, logger)
+		reg, group, stop, err := serveGroup(ctx, s.metricsAddr, tc, logger)
 		if err != nil {
 			return err
 		}
@@ -162,7 +167,7 @@ func runPipelines(ctx context.Context, e *env, s *runSetup, args []string) error
 		return err
 	}
 	if s.consoleAddr != "" {
-		o := consoleOpts{addr: s.consoleAddr, write: s.consoleWrite, flag: "--console-addr", dynamic: true, health: d.health, hosts: s.consoleHosts}
+		o := consoleOpts{addr: s.consoleAddr, write: s.consoleWrite, flag: "--console-addr", dynamic: true, health: d.health, hosts: s.consoleHosts, tls: tc, proxy: s.tls.proxy}
 		srv, ln, err := openConsole(ctx, d.e, nil, o, logger)
 		if err != nil {
 			return err

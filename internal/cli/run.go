@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,16 +28,20 @@ type runSetup struct {
 	consoleAddr  string
 	consoleWrite bool
 	consoleHosts []string
-	secrets      secretFlags
-	retention    time.Duration
-	db           dbFlags
-	rf           runFlags
-	lf           logFlags
-	drain        bool
-	routes       routeFlags
-	fileRoutes   []routeSpec
-	fs           *flag.FlagSet
-	sources      map[string]source
+	tls          tlsFlags
+	// tc serves the console and the metrics over TLS (--tls-cert): nil
+	// without, and until relay loads it.
+	tc         *tls.Config
+	secrets    secretFlags
+	retention  time.Duration
+	db         dbFlags
+	rf         runFlags
+	lf         logFlags
+	drain      bool
+	routes     routeFlags
+	fileRoutes []routeSpec
+	fs         *flag.FlagSet
+	sources    map[string]source
 	// pipelines are the file's (none: the one table of --table), and
 	// discoverEvery how often their patterns are matched again.
 	pipelines     []pipelineSpec
@@ -57,6 +62,7 @@ func newRunSetup(e *env, name, synopsis string) *runSetup {
 	s.fs.StringVar(&s.consoleAddr, "console-addr", "", "serve the web console and its API on this address (e.g. 127.0.0.1:8080)")
 	s.fs.BoolVar(&s.consoleWrite, "console-write", false, "allow the console's actions that change rows (dead retry/skip, replay)")
 	s.fs.StringSliceVar(&s.consoleHosts, "console-allow-host", nil, "a name the console answers to besides its address, localhost and the loopback addresses (any other Host is refused 421); repeat or comma-separate")
+	s.tls.register(s.fs, "the console and the metrics listener")
 	durVar(s.fs, &s.retention, "retention", 0, "purge done rows older than this in the background (e.g. 7d); 0 = keep them")
 	durVar(s.fs, &s.discoverEvery, "discover-interval", 30*time.Second, "with pipelines in the config file: match the tables of their patterns again this often (0 = only at the start)")
 	quietVar(s.fs, &s.routes, "route", "route FILTER[,FILTER]=URL, e.g. event_type=Order*=http://orders/hook (repeatable; replaces the file's routes)")
@@ -70,6 +76,9 @@ func (s *runSetup) parse(e *env, args []string) error {
 		return err
 	}
 	if err := noArgs(s.fs); err != nil {
+		return err
+	}
+	if err := s.tls.check(); err != nil {
 		return err
 	}
 	if s.db.config == "" {
@@ -206,6 +215,27 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	return s.relay(ctx, e, pool, sink, cfg, logger)
 }
 
+// listenTLS loads --tls-cert for the listeners run opens; with no
+// listener to serve it is refused, not ignored.
+func (s *runSetup) listenTLS(ctx context.Context, logger *slog.Logger) (*tls.Config, func(), error) {
+	if err := s.tlsListeners(); err != nil {
+		return nil, nil, err
+	}
+	return s.tls.config(ctx, logger)
+}
+
+// tlsListeners refuses --tls-cert or --behind-tls-proxy with no listener.
+func (s *runSetup) tlsListeners() error {
+	if (s.tls.cert != "" || s.tls.proxy) && s.metricsAddr == "" && s.consoleAddr == "" {
+		which := "--tls-cert"
+		if s.tls.proxy {
+			which = "--behind-tls-proxy"
+		}
+		return usagef("%s: no listener to serve (set --metrics-addr or --console-addr)", which)
+	}
+	return nil
+}
+
 // startTracing configures tracing from the standard OTEL_* variables only:
 // with none set, tracer is nil, sinks are not wrapped and tracing costs
 // nothing. stop flushes the traces.
@@ -251,6 +281,14 @@ func (s *runSetup) checkStart(ctx context.Context, pool *pgxpool.Pool, router *r
 // progress logging and retention the flags ask for, until ctx ends (or,
 // with --drain, nothing is left), then logs a summary.
 func (s *runSetup) relay(ctx context.Context, e *env, pool *pgxpool.Pool, sink outbox.Sink, cfg *outbox.Config, logger *slog.Logger) error {
+	if s.group == nil {
+		tc, stopTLS, err := s.listenTLS(ctx, logger)
+		if err != nil {
+			return err
+		}
+		defer stopTLS()
+		s.tc = tc
+	}
 	var m *metrics.Metrics
 	if s.metricsAddr != "" || s.group != nil {
 		var stopMetrics func()

@@ -26,6 +26,15 @@ func HTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 	}
 }
 
+// Serve serves srv on ln, over TLS when srv.TLSConfig is set (its
+// certificate from the config, e.g. [Certificate.Config]).
+func Serve(srv *http.Server, ln net.Listener) error {
+	if srv.TLSConfig != nil {
+		return srv.ServeTLS(ln, "", "")
+	}
+	return srv.Serve(ln)
+}
+
 // LimitConns caps the connections ln holds open at once to a 1/share of
 // the process's open-file limit (at least 4, at most most): past it,
 // connections wait in the kernel's backlog instead of taking the file

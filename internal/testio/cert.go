@@ -10,6 +10,8 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -60,4 +62,23 @@ func PEM(t testing.TB, cert tls.Certificate) (certPEM, keyPEM []byte) {
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}),
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+}
+
+// WriteCert writes cert's PEM files into dir as cert.pem and key.pem
+// (replacing them: a renewal) and returns their paths.
+func WriteCert(t testing.TB, dir string, cert tls.Certificate) (certFile, keyFile string) {
+	t.Helper()
+	certPEM, keyPEM := PEM(t, cert)
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	for name, b := range map[string][]byte{certFile: certPEM, keyFile: keyPEM} {
+		// Written aside and renamed, as a renewal does: a reader never sees
+		// half a file.
+		if err := os.WriteFile(name+".new", b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(name+".new", name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return certFile, keyFile
 }
