@@ -105,6 +105,16 @@ type Config struct {
 	// claim at once. Defaults to 50ms.
 	FetchCooldown time.Duration
 
+	// Flow, when set, names each message's destination and its limits
+	// (messages a second, publishes in flight; [Destination]), which hold
+	// over all the table's dispatchers together. A message whose
+	// destination has no budget now is handed back, pending with its
+	// attempt refunded, due when the budget should have room, so that one
+	// slow destination does not hold back the others. route.Router is
+	// one; [OneDestination] limits a whole table. Defaults to none: no
+	// limits.
+	Flow Destinations
+
 	// HeartbeatInterval, when positive, turns on heartbeats: every interval
 	// the dispatcher extends the leases of the rows it holds (fenced on the
 	// lease version), so a publish may outlive the Lease, and a heartbeat
@@ -356,6 +366,8 @@ func (c *Config) validate() *ConfigError {
 		return invalid("DeferMaxAge", "must not be negative, got %s", c.DeferMaxAge)
 	case c.Owner == "":
 		return invalid("Owner", "must not be empty")
+	case flowInvalid(c.Flow) != nil:
+		return invalid("Flow", "%v", flowInvalid(c.Flow))
 	case c.LeaseMode != "" && c.LeaseMode != LeaseRows && c.LeaseMode != LeaseShards && c.LeaseMode != LeaseCursor:
 		return invalid("LeaseMode", "must be %q, %q or %q, got %q", LeaseRows, LeaseShards, LeaseCursor, c.LeaseMode)
 	}

@@ -53,6 +53,8 @@ type Dispatcher struct {
 	stats    counters
 	breaker  breaker
 	sizer    *claimSizer
+	// flow keeps the destinations' limits (Config.Flow); nil without.
+	flow *flowControl
 
 	// clock is the engine's time (the wall clock when nil; tests set
 	// their own).
@@ -94,6 +96,9 @@ func NewDispatcher(pool *pgxpool.Pool, sink Sink, cfg *Config) (*Dispatcher, err
 		wake:  make(chan struct{}, 1),
 		sizer: newClaimSizer(c),
 		dues:  newDueTimes(),
+	}
+	if c.Flow != nil {
+		d.flow = newFlowControl(c.Flow, store.OwnerText(c.Owner), time.Now, d.liveOwners)
 	}
 	d.listener = c.Listener
 	if d.listener == nil {
@@ -205,6 +210,7 @@ func (d *Dispatcher) run(ctx context.Context, drain bool) error {
 	}
 	var stopListener, stopKeeper func()
 	stopBeater := startService(ctx, d.newBeater(leases).run)
+
 	if !d.cfg.DisableNotify {
 		stopListener = d.listener.subscribe(d, channel)
 	}
@@ -253,7 +259,7 @@ func (d *Dispatcher) relay(ctx context.Context, drain bool, mode lease.Mode, lea
 	var workers sync.WaitGroup
 	w := &worker{
 		cfg: d.cfg.publishConfig(mode.RenewEvery()), breaker: &d.breaker, sizer: d.sizer, leases: leases,
-		chains: chained, publish: d.publish, observe: d.observeSink, classify: d.classify,
+		chains: chained, publish: d.publish, observe: d.observeSink, classify: d.classify, flow: d.flow,
 	}
 	for range d.cfg.Workers {
 		workers.Go(func() { w.run(ctx, claims, verdicts) })

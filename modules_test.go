@@ -30,6 +30,7 @@ var libraryModules = map[string]bool{
 	"github.com/jackc/puddle/v2":     true,
 	"golang.org/x/sync":              true,
 	"golang.org/x/text":              true,
+	"golang.org/x/time":              true, // the token buckets of Config.Flow
 	"github.com/stretchr/testify":    true, // tests only
 	"github.com/davecgh/go-spew":     true, // testify's
 	"github.com/pmezard/go-difflib":  true, // testify's

@@ -20,6 +20,9 @@ func (d *Dispatcher) settle(v *verdict, held bool) {
 	switch outcome {
 	case OutcomeReleased:
 		d.breaker.released()
+		if v.write.Delay > 0 {
+			d.dues.add(d.clock.Now().Add(v.write.Delay))
+		}
 	case OutcomeLeaseLost:
 		d.log.Warn("lost lease: finalize fenced off",
 			slog.Int64("outbox_id", m.ID), slog.Int64("lease_version", m.FencingToken),

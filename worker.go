@@ -38,6 +38,8 @@ type worker struct {
 	publish  func(context.Context, *Message) error
 	observe  func(error)
 	classify func(*claimed, error) verdict
+	// flow, when set, admits each publish to its destination's limits.
+	flow *flowControl
 }
 
 // run publishes claims until in is closed. Once ctx is done, claims not yet
@@ -98,7 +100,18 @@ func (w *worker) process(ctx context.Context, c *claimed) verdict {
 		// inside it.
 		timeout, capped = remaining, true
 	}
+	var admitted func(time.Duration)
+	if w.flow != nil {
+		done, hold, why := w.flow.admit(ctx, &c.msg)
+		if done == nil {
+			return holdBack(c, hold, why)
+		}
+		admitted = done
+	}
 	pctx, took, err := w.publishTimed(ctx, c, timeout)
+	if admitted != nil {
+		admitted(took)
+	}
 	w.sizer.observe(took)
 	w.observe(err)
 	if capped && err != nil && errors.Is(pctx.Err(), context.DeadlineExceeded) && transient(err) {
@@ -171,6 +184,15 @@ func transient(err error) bool {
 }
 
 // release returns c to pending unpublished, its attempt refunded.
+// holdBack is release due again after hold: a message its destination
+// has no budget for now (flowControl). Neither failed nor charged an
+// attempt, and its last error is kept.
+func holdBack(c *claimed, hold time.Duration, why string) verdict {
+	v := release(c, why)
+	v.write.Delay = hold
+	return v
+}
+
 func release(c *claimed, reason string) verdict {
 	return verdict{claim: c, outcome: OutcomeReleased, write: store.RowWrite{
 		ID: c.msg.ID, LeaseVersion: c.msg.FencingToken, Born: c.born, Status: store.StatusPending, Refund: true,

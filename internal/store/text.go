@@ -43,3 +43,7 @@ func truncate(s string, n int) string {
 // ownerText is how an owner name is written and compared: claims, fenced
 // writes and waiter rows all pass the same name through here, so they agree.
 func ownerText(owner string) string { return storable(owner, maxOwnerText) }
+
+// OwnerText is owner as the tables store it (lease_owner, the dispatchers'
+// rows).
+func OwnerText(owner string) string { return ownerText(owner) }

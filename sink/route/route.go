@@ -23,22 +23,39 @@ type Route struct {
 	AggregateTypes []string
 	EventTypes     []string
 	Sink           outbox.Sink
+	// Limits bound what goes to Sink (its Name is the destination's:
+	// routes of one name share their limits; empty: "route-N", N its
+	// position from 1). They are kept when the router is the
+	// dispatcher's [outbox.Config.Flow].
+	Limits outbox.Destination
 }
 
+// DefaultDestination names the messages that match no route.
+const DefaultDestination = "default"
+
 // Router is a [outbox.Sink] that publishes each message to the first route
-// that matches it, else to the default sink.
+// that matches it, else to the default sink. It is also the
+// [outbox.Destinations] of its routes' limits.
 type Router struct {
 	routes []Route
 	def    outbox.Sink
+	defLim outbox.Destination
 }
 
 // New returns a router over routes, tried in order, with def for messages
 // that match none (nil: no default, and such a message goes dead as a
 // configuration error).
 func New(routes []Route, def outbox.Sink) (*Router, error) {
+	routes = append([]Route(nil), routes...)
 	for i, r := range routes {
 		if r.Sink == nil {
 			return nil, fmt.Errorf("route %d (%s): no sink", i+1, r.Name)
+		}
+		if routes[i].Limits.Name == "" {
+			routes[i].Limits.Name = fmt.Sprintf("route-%d", i+1)
+		}
+		if err := routes[i].Limits.Validate(); err != nil {
+			return nil, fmt.Errorf("route %d (%s): %w", i+1, r.Name, err)
 		}
 		for _, p := range append(append([]string(nil), r.AggregateTypes...), r.EventTypes...) {
 			if _, err := path.Match(p, ""); err != nil {
@@ -46,7 +63,41 @@ func New(routes []Route, def outbox.Sink) (*Router, error) {
 			}
 		}
 	}
-	return &Router{routes: routes, def: def}, nil
+	return &Router{routes: routes, def: def, defLim: outbox.Destination{Name: DefaultDestination}}, nil
+}
+
+// LimitDefault sets the limits of the messages that match no route (its
+// Name is DefaultDestination unless set).
+func (r *Router) LimitDefault(d outbox.Destination) error {
+	if d.Name == "" {
+		d.Name = DefaultDestination
+	}
+	if err := d.Validate(); err != nil {
+		return err
+	}
+	r.defLim = d
+	return nil
+}
+
+// Limited reports whether a route or the default has a limit: whether
+// the router is worth being the dispatcher's Config.Flow.
+func (r *Router) Limited() bool {
+	for _, rt := range r.routes {
+		if rt.Limits.Limited() {
+			return true
+		}
+	}
+	return r.defLim.Limited()
+}
+
+// Destination is the destination msg's route names, with its limits.
+func (r *Router) Destination(msg *outbox.Message) outbox.Destination {
+	for _, rt := range r.routes {
+		if matchAny(rt.AggregateTypes, msg.AggregateType) && matchAny(rt.EventTypes, msg.EventType) {
+			return rt.Limits
+		}
+	}
+	return r.defLim
 }
 
 // HasDefault reports whether messages that match no route have a sink.

@@ -1,0 +1,201 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outbox"
+	"github.com/outboxd/outbox/sink/route"
+)
+
+// flowSink records when each event type was published, how many times
+// each message was, and the most publishes in flight at once; each
+// publish takes hold.
+type flowSink struct {
+	hold time.Duration
+
+	mu       sync.Mutex
+	at       map[string][]time.Time
+	times    map[int64]int
+	inFlight int
+	most     int
+}
+
+func newFlowSink(hold time.Duration) *flowSink {
+	return &flowSink{hold: hold, at: map[string][]time.Time{}, times: map[int64]int{}}
+}
+
+func (s *flowSink) Publish(ctx context.Context, m *outbox.Message) error {
+	s.mu.Lock()
+	s.at[m.EventType] = append(s.at[m.EventType], time.Now())
+	s.times[m.ID]++
+	s.inFlight++
+	s.most = max(s.most, s.inFlight)
+	s.mu.Unlock()
+	if s.hold > 0 {
+		time.Sleep(s.hold)
+	}
+	s.mu.Lock()
+	s.inFlight--
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *flowSink) Close() error { return nil }
+
+func (s *flowSink) count(eventType string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.at[eventType])
+}
+
+// perSecond is the most publishes of eventType in one second of the
+// clock, as a receiver counting per second sees them.
+func (s *flowSink) perSecond(eventType string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seconds := map[int64]int{}
+	most := 0
+	for _, at := range s.at[eventType] {
+		k := at.Unix()
+		seconds[k]++
+		most = max(most, seconds[k])
+	}
+	return most
+}
+
+// requireOnceNoAttemptSpent checks that every message was published once
+// and that waiting for a budget spent no attempt.
+func (s *flowSink) requireOnceNoAttemptSpent(t *testing.T, b *testBundle, ids []int64) {
+	t.Helper()
+	s.mu.Lock()
+	for _, id := range ids {
+		require.Equal(t, 1, s.times[id], "message %d published once", id)
+	}
+	s.mu.Unlock()
+	eventually(t, func() bool { return b.tryCount("done") == len(ids) }, "every message done")
+	if b.cursors {
+		return // the rows' columns are not written under cursors
+	}
+	var most int
+	require.NoError(t, b.pool.QueryRow(t.Context(), fmt.Sprintf(`SELECT max(attempts) FROM %s`, b.quoted)).Scan(&most))
+	require.Equal(t, 1, most, "no attempt spent waiting for a budget")
+}
+
+func typed(eventType string, n int) []outbox.NewMessage {
+	out := make([]outbox.NewMessage, n)
+	for i := range out {
+		out[i] = outbox.NewMessage{AggregateType: "order", AggregateID: fmt.Sprintf("%s-%d", eventType, i), EventType: eventType, Payload: map[string]int{"n": i}}
+	}
+	return out
+}
+
+// One destination limited to 10 a second does not hold back the other:
+// the unlimited route's messages, enqueued behind the limited route's
+// backlog, are all delivered while most of the backlog still waits; the
+// limited route never gets more than its rate and burst in a second; no
+// message is published twice or spends an attempt waiting. In every
+// lease mode.
+func TestFlowSlowDestinationDoesNotHoldBackTheOthers(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []outbox.LeaseMode{outbox.LeaseRows, outbox.LeaseShards, outbox.LeaseCursor} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			switch mode {
+			case outbox.LeaseShards:
+				b = shardBundle(t, 4)
+			case outbox.LeaseCursor:
+				b = cursorBundle(t, 4)
+			}
+			sink := newFlowSink(0)
+			router, err := route.New([]route.Route{{
+				Name: "partner", EventTypes: []string{"Slow"}, Sink: sink,
+				Limits: outbox.Destination{Name: "partner", Rate: 10},
+			}}, sink)
+			require.NoError(t, err)
+			const slow, fast = 40, 200
+			ids := b.enqueue(t, typed("Slow", slow)...)
+			ids = append(ids, b.enqueue(t, typed("Fast", fast)...)...)
+			d := b.dispatcher(t, router, &outbox.Config{LeaseMode: mode, Workers: 10, Flow: router})
+			start(t, d)
+			waitUntil(t, func() bool { return sink.count("Fast") == fast }, func() string {
+				return fmt.Sprintf("the unlimited route delivered: %d of %d, the limited %d; %+v", sink.count("Fast"), fast, sink.count("Slow"), d.Stats())
+			})
+			require.LessOrEqual(t, sink.count("Slow"), 30, "the limited route's backlog did not go first")
+			waitUntil(t, func() bool { return sink.count("Slow") == slow }, func() string {
+				return fmt.Sprintf("the limited route delivered: %d of %d; %+v", sink.count("Slow"), slow, d.Stats())
+			})
+			require.LessOrEqual(t, sink.perSecond("Slow"), 10+1, "the rate and its burst")
+			sink.requireOnceNoAttemptSpent(t, b, ids)
+		})
+	}
+}
+
+// Three dispatchers share one destination's limits: together never more
+// than 3 publishes in flight, nor more than 30 a second and the burst.
+func TestFlowLimitsHoldOverDispatchers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sink := newFlowSink(20 * time.Millisecond)
+	dest := outbox.OneDestination(outbox.Destination{Name: "partner", Rate: 30, Burst: 3, Concurrency: 3})
+	var ds []*outbox.Dispatcher
+	for i := range 3 {
+		d := b.dispatcher(t, sink, &outbox.Config{Owner: fmt.Sprintf("relay-%d", i), Workers: 10, Flow: dest})
+		start(t, d)
+		ds = append(ds, d)
+	}
+	eventually(t, func() bool {
+		live, err := b.admin.LiveDispatchers(t.Context())
+		return err == nil && len(live) == 3
+	}, "three dispatchers live")
+	const n = 90
+	ids := b.enqueue(t, typed("Paced", n)...)
+	waitUntil(t, func() bool { return sink.count("Paced") == n }, func() string {
+		return fmt.Sprintf("all delivered: %d of %d; %+v\n%+v\n%+v", sink.count("Paced"), n, ds[0].Stats(), ds[1].Stats(), ds[2].Stats())
+	})
+	sink.mu.Lock()
+	most := sink.most
+	sink.mu.Unlock()
+	require.LessOrEqual(t, most, 3, "publishes in flight at once")
+	require.LessOrEqual(t, sink.perSecond("Paced"), 30+3, "the rate and its burst over the three")
+	sink.requireOnceNoAttemptSpent(t, b, ids)
+}
+
+// waitUntil waits 10s at most for cond, then fails with what describe
+// says at that moment.
+func waitUntil(t *testing.T, cond func() bool, describe func() string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			require.FailNow(t, describe())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A concurrency of 2 never sees a third publish in flight, whatever the
+// workers, and the destination is kept busy up to it.
+func TestFlowConcurrencyCap(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sink := newFlowSink(10 * time.Millisecond)
+	d := b.dispatcher(t, sink, &outbox.Config{Workers: 16, Flow: outbox.OneDestination(outbox.Destination{Name: "partner", Concurrency: 2})})
+	const n = 150
+	ids := b.enqueue(t, typed("Capped", n)...)
+	start(t, d)
+	waitUntil(t, func() bool { return sink.count("Capped") == n }, func() string {
+		return fmt.Sprintf("all delivered: %d of %d; %+v", sink.count("Capped"), n, d.Stats())
+	})
+	sink.mu.Lock()
+	most := sink.most
+	sink.mu.Unlock()
+	require.Equal(t, 2, most, "publishes in flight at once")
+	sink.requireOnceNoAttemptSpent(t, b, ids)
+}

@@ -1,0 +1,238 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// flowControl keeps each destination's limits in one dispatcher. A
+// message whose destination has no budget now is handed back (pending,
+// its attempt refunded, due when the budget should have room) rather than
+// waited for: a worker that waited would be a worker the other
+// destinations lack, and one slow destination would starve the table.
+// Only a wait shorter than flowSleepMax is slept, cheaper than a write
+// and a claim.
+//
+// The limits hold over all the table's dispatchers: each takes an even
+// share of the rate and the burst (at least one), and of the concurrency
+// by its rank among the live dispatchers (at least one: see apply), so
+// the shares add up to the limit. The live dispatchers are read from the dispatchers table before
+// a limited message is admitted when the last read is older than a
+// second: once a second while such messages flow, never while none do,
+// and fresh when they start again.
+type flowControl struct {
+	dests Destinations
+	owner string
+	now   func() time.Time
+	// live lists the owners of the live dispatchers.
+	list func(context.Context) ([]string, error)
+
+	// refreshMu makes one worker read the live dispatchers while the
+	// others wait for its answer; read is when it last did.
+	refreshMu sync.Mutex
+	read      time.Time
+
+	mu    sync.Mutex
+	gates map[string]*gate
+	rank  int // this dispatcher's place among the live ones, from 0
+	live  int // how many are live, this one included
+}
+
+// gate is one destination's budget in this dispatcher.
+type gate struct {
+	dest     Destination
+	lim      *rate.Limiter // nil without a rate
+	capShare int           // publishes in flight allowed here
+	inFlight int
+	// next is the end of the schedule of messages handed back: each one
+	// handed back is due a share's interval after the one before, so
+	// they come back at the pace the budget frees, not all at once.
+	next time.Time
+	// avg is the running average publish duration, for the
+	// concurrency's schedule.
+	avg time.Duration
+}
+
+const (
+	// flowSleepMax is the longest wait for a rate's token that a worker
+	// sleeps instead of handing the message back.
+	flowSleepMax = 50 * time.Millisecond
+	// holdMin and holdMax bound a hand-back's delay.
+	holdMin = 10 * time.Millisecond
+	holdMax = 15 * time.Minute
+	// flowRefreshEvery is how old the list of live dispatchers may be
+	// when a limited message is admitted.
+	flowRefreshEvery = time.Second
+)
+
+func newFlowControl(dests Destinations, owner string, now func() time.Time, list func(context.Context) ([]string, error)) *flowControl {
+	return &flowControl{dests: dests, owner: owner, now: now, list: list, gates: map[string]*gate{}, live: 1}
+}
+
+// refresh reads the live dispatchers when the last read is older than
+// flowRefreshEvery; on an error the shares stay as they were.
+func (f *flowControl) refresh(ctx context.Context) {
+	f.refreshMu.Lock()
+	defer f.refreshMu.Unlock()
+	if f.now().Sub(f.read) < flowRefreshEvery {
+		return
+	}
+	owners, err := f.list(ctx)
+	f.read = f.now()
+	if err == nil {
+		f.setLive(owners)
+	}
+}
+
+// admit asks to publish msg now. With no hold, the publish may start, and
+// done(took) must be called when it ended; otherwise msg is to be handed
+// back for hold, and why says which limit held it.
+func (f *flowControl) admit(ctx context.Context, msg *Message) (done func(time.Duration), hold time.Duration, why string) {
+	dest := f.dests.Destination(msg)
+	if !dest.Limited() {
+		return func(time.Duration) {}, 0, ""
+	}
+	f.refresh(ctx)
+	f.mu.Lock()
+	now := f.now()
+	g := f.gateLocked(dest)
+	if dest.Concurrency > 0 && g.inFlight >= g.capShare {
+		hold = g.schedule(now, g.avg, g.concurrencyInterval())
+		f.mu.Unlock()
+		return nil, hold, fmt.Sprintf("held back: destination %q has its %d publishes in flight", dest.Name, dest.Concurrency)
+	}
+	var wait time.Duration
+	if g.lim != nil {
+		r := g.lim.ReserveN(now, 1)
+		wait = r.DelayFrom(now)
+		if wait > flowSleepMax {
+			r.CancelAt(now)
+			hold = g.schedule(now, wait, time.Duration(float64(time.Second)/float64(g.lim.Limit())))
+			f.mu.Unlock()
+			return nil, hold, fmt.Sprintf("held back: destination %q is at its rate of %g a second", dest.Name, dest.Rate)
+		}
+	}
+	g.inFlight++
+	f.mu.Unlock()
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+	return func(took time.Duration) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		g.inFlight--
+		if g.avg == 0 {
+			g.avg = took
+		} else {
+			g.avg += (took - g.avg) / 8
+		}
+	}, 0, ""
+}
+
+// gateLocked is dest's gate, made or brought to dest's limits.
+func (f *flowControl) gateLocked(dest Destination) *gate {
+	g := f.gates[dest.Name]
+	if g == nil {
+		g = &gate{}
+		f.gates[dest.Name] = g
+	}
+	if g.dest != dest || (dest.Rate > 0) != (g.lim != nil) {
+		g.dest = dest
+		g.apply(f.rank, f.live)
+	}
+	return g
+}
+
+// apply sets the gate's share for a dispatcher of this rank among live.
+// Every dispatcher keeps a publish at a time at least, even past the
+// concurrency (more dispatchers than it allows): under shard leases the
+// messages of a dispatcher's shards are its alone to send, and a
+// dispatcher without a share would hold them for ever.
+func (g *gate) apply(rank, live int) {
+	if c := g.dest.Concurrency; c > 0 {
+		g.capShare = c / live
+		if rank < c%live {
+			g.capShare++
+		}
+		g.capShare = max(g.capShare, 1)
+	}
+	if g.dest.Rate == 0 {
+		g.lim = nil
+		return
+	}
+	r := rate.Limit(g.dest.Rate / float64(live))
+	b := max(max(g.dest.Burst, 1)/live, 1)
+	if g.lim == nil {
+		g.lim = rate.NewLimiter(r, b)
+	} else {
+		g.lim.SetLimit(r)
+		g.lim.SetBurst(b)
+	}
+}
+
+// concurrencyInterval is how far apart messages held for the concurrency
+// are scheduled: a publish's average duration shared by the slots.
+func (g *gate) concurrencyInterval() time.Duration {
+	return max(g.avg, holdMin) / time.Duration(max(g.capShare, 1))
+}
+
+// schedule is the delay of one more message handed back: after wait at
+// the soonest, interval after the one handed back before it.
+func (g *gate) schedule(now time.Time, wait, interval time.Duration) time.Duration {
+	at := now.Add(max(wait, holdMin))
+	if g.next.Before(at) {
+		g.next = at
+	}
+	hold := min(g.next.Sub(now), holdMax)
+	g.next = g.next.Add(interval)
+	return hold
+}
+
+// setLive applies the dispatchers seen live (owners, in any order; this
+// one counted whether listed or not) to every gate.
+func (f *flowControl) setLive(owners []string) {
+	others := slices.DeleteFunc(slices.Clone(owners), func(o string) bool { return o == f.owner })
+	all := append(others, f.owner)
+	slices.Sort(all)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rank, live := slices.Index(all, f.owner), len(all)
+	if rank == f.rank && live == f.live {
+		return
+	}
+	f.rank, f.live = rank, live
+	for _, g := range f.gates {
+		g.apply(rank, live)
+	}
+}
+
+// shares reports this dispatcher's rank among the live ones and their
+// number.
+func (f *flowControl) shares() (rank, live int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rank, f.live
+}
+
+// liveOwners lists the owners of the table's live dispatchers.
+func (d *Dispatcher) liveOwners(ctx context.Context) ([]string, error) {
+	ds, err := d.store.Dispatchers(ctx, d.pool)
+	if err != nil {
+		return nil, err
+	}
+	owners := make([]string, len(ds))
+	for i, x := range ds {
+		owners[i] = x.Owner
+	}
+	return owners, nil
+}

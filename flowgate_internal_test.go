@@ -1,0 +1,123 @@
+package outbox
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// fakeNow is a clock the test moves.
+type fakeNow struct{ t time.Time }
+
+func (c *fakeNow) now() time.Time { return c.t }
+
+func newTestFlow(dest Destination, owner string, owners ...string) (*flowControl, *fakeNow) {
+	clock := &fakeNow{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	list := func(context.Context) ([]string, error) { return owners, nil }
+	return newFlowControl(OneDestination(dest), owner, clock.now, list), clock
+}
+
+// The shares of three dispatchers add up to the limits: the rate and the
+// burst split evenly (a burst of at least one each), the concurrency by
+// rank, a dispatcher past the concurrency getting none.
+func TestFlowSharesAddUpToTheLimits(t *testing.T) {
+	t.Parallel()
+	dest := Destination{Name: "partner", Rate: 30, Burst: 6, Concurrency: 4}
+	var caps, bursts int
+	var rates float64
+	for _, owner := range []string{"a", "b", "c"} {
+		f, _ := newTestFlow(dest, owner, "c", "a", "b")
+		f.refresh(t.Context())
+		rank, live := f.shares()
+		require.Equal(t, 3, live)
+		require.Equal(t, map[string]int{"a": 0, "b": 1, "c": 2}[owner], rank)
+		g := f.gateLocked(dest)
+		require.Equal(t, map[string]int{"a": 2, "b": 1, "c": 1}[owner], g.capShare)
+		caps += g.capShare
+		bursts += g.lim.Burst()
+		rates += float64(g.lim.Limit())
+	}
+	require.Equal(t, 4, caps)
+	require.Equal(t, 6, bursts)
+	require.InDelta(t, 30, rates, 1e-9)
+
+	// More dispatchers than the concurrency: each keeps one publish at a
+	// time, or under shard leases its shards' messages would wait for
+	// ever.
+	f, _ := newTestFlow(Destination{Name: "partner", Concurrency: 2}, "c", "a", "b", "c")
+	f.refresh(t.Context())
+	require.Equal(t, 1, f.gateLocked(Destination{Name: "partner", Concurrency: 2}).capShare)
+
+	// Alone (its own row not written yet), a dispatcher takes it all.
+	f, _ = newTestFlow(dest, "a")
+	f.refresh(t.Context())
+	g := f.gateLocked(dest)
+	require.Equal(t, 4, g.capShare)
+	require.Equal(t, 6, g.lim.Burst())
+}
+
+// Past its concurrency a message is held back, and admitted again once a
+// publish ends.
+func TestFlowConcurrency(t *testing.T) {
+	t.Parallel()
+	f, _ := newTestFlow(Destination{Name: "partner", Concurrency: 2}, "a")
+	msg := &Message{}
+	done1, hold, _ := f.admit(t.Context(), msg)
+	require.NotNil(t, done1)
+	require.Zero(t, hold)
+	done2, _, _ := f.admit(t.Context(), msg)
+	require.NotNil(t, done2)
+	done3, hold, why := f.admit(t.Context(), msg)
+	require.Nil(t, done3, "a third publish in flight")
+	require.GreaterOrEqual(t, hold, holdMin)
+	require.Contains(t, why, `"partner"`)
+	done1(30 * time.Millisecond)
+	done4, _, _ := f.admit(t.Context(), msg)
+	require.NotNil(t, done4, "a slot is free again")
+}
+
+// Past its rate, messages are held back for the time their turn comes,
+// each one rate's interval after the one before: they come back at the
+// pace of the budget, not all at once.
+func TestFlowRateSchedulesHandBacks(t *testing.T) {
+	t.Parallel()
+	f, clock := newTestFlow(Destination{Name: "partner", Rate: 10}, "a")
+	msg := &Message{}
+	done, hold, _ := f.admit(t.Context(), msg)
+	require.NotNil(t, done, "the burst of one")
+	require.Zero(t, hold)
+	done(time.Millisecond)
+	var holds []time.Duration
+	for range 3 {
+		done, hold, why := f.admit(t.Context(), msg)
+		require.Nil(t, done)
+		require.Contains(t, why, "rate of 10 a second")
+		holds = append(holds, hold)
+	}
+	require.Equal(t, []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond}, holds)
+	clock.t = clock.t.Add(100 * time.Millisecond)
+	done, hold, _ = f.admit(t.Context(), msg)
+	require.NotNil(t, done, "a token a tenth of a second on")
+	require.Zero(t, hold)
+
+	// A destination without limits is never held.
+	free, _ := newTestFlow(Destination{Name: "open"}, "a")
+	for range 100 {
+		done, _, _ := free.admit(t.Context(), msg)
+		require.NotNil(t, done)
+	}
+}
+
+func TestDestinationValidate(t *testing.T) {
+	t.Parallel()
+	for _, d := range []Destination{
+		{Name: "x", Rate: -1}, {Name: "x", Rate: 2e6}, {Name: "x", Rate: 1e-9}, {Name: "x", Burst: 3},
+		{Name: "x", Rate: 1, Burst: -1}, {Name: "x", Concurrency: -1},
+	} {
+		require.Error(t, d.Validate(), "%+v", d)
+	}
+	require.NoError(t, Destination{Name: "x", Rate: 0.5, Burst: 3, Concurrency: 4}.Validate())
+	require.Error(t, (&Config{Table: "outbox", Owner: "o", Flow: OneDestination(Destination{Rate: -2})}).WithDefaults().Validate())
+}
