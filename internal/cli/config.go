@@ -45,6 +45,12 @@ type routeSpec struct {
 	AggregateTypes []string
 	EventTypes     []string
 	Sink           string
+	// Name names the route's destination (its limits; default route-N);
+	// Rate (a second), Burst and Concurrency are its limits.
+	Name        string
+	Rate        float64
+	Burst       int
+	Concurrency int
 }
 
 // source tells where a flag's effective value came from.
@@ -192,7 +198,13 @@ func parseRoute(item any) (routeSpec, error) {
 			}
 			r.Sink = s
 		default:
-			return r, fmt.Errorf("unknown key %q (want aggregate_type, event_type, sink)", k)
+			known, err := r.setLimit(k, fmt.Sprint(val))
+			if !known {
+				return r, fmt.Errorf("unknown key %q (want aggregate_type, event_type, sink, name, rate, burst, concurrency)", k)
+			}
+			if err != nil {
+				return r, err
+			}
 		}
 	}
 	if r.Sink == "" {
@@ -225,7 +237,7 @@ func stringList(v any) ([]string, error) {
 // may hold several patterns separated by "|". Its errors never quote the
 // value, which holds a URL and maybe its password.
 func parseRouteFlag(s string) (routeSpec, error) {
-	const want = "want FILTER[,FILTER]=URL with filters aggregate_type or event_type, e.g. event_type=Order*=nats://127.0.0.1:4222?subject=orders"
+	const want = "want FILTER[,FILTER]=URL with filters aggregate_type or event_type and options name, rate, burst, concurrency, e.g. event_type=Order*=nats://127.0.0.1:4222?subject=orders"
 	var r routeSpec
 	rest := s
 	for {
@@ -250,6 +262,12 @@ func parseRouteFlag(s string) (routeSpec, error) {
 		case "event_type":
 			r.EventTypes = append(r.EventTypes, patterns...)
 		default:
+			if known, err := r.setLimit(key, value); known {
+				if err != nil {
+					return r, err
+				}
+				break
+			}
 			if !isFilterName(key) {
 				// Likely a URL written without filters: not shown.
 				return r, errors.New(want)

@@ -73,12 +73,17 @@ func (s *runSetup) checkSinks() error {
 		if err := checkSinkURL(r.Sink); err != nil {
 			return err
 		}
-		rs = append(rs, route.Route{Name: sinkutil.RedactURL(r.Sink), AggregateTypes: r.AggregateTypes, EventTypes: r.EventTypes, Sink: nullSink()})
+		rs = append(rs, route.Route{Name: sinkutil.RedactURL(r.Sink), AggregateTypes: r.AggregateTypes, EventTypes: r.EventTypes, Sink: nullSink(), Limits: r.limits()})
 	}
-	if _, err := route.New(rs, nil); err != nil {
+	router, err := route.New(rs, nil)
+	if err != nil {
 		return usagef("routes: %v", err)
 	}
-	return nil
+	if len(rs) == 0 {
+		router = nil
+	}
+	_, err = s.flow(router)
+	return err
 }
 
 // printSettings writes each setting, its effective value (secrets masked)
@@ -114,11 +119,16 @@ func (s *runSetup) printRoutes(out io.Writer) {
 	}
 	fmt.Fprintln(out, "routes (first match wins):")
 	for i, r := range routes {
-		fmt.Fprintf(out, "  %d. aggregate_type=%s event_type=%s -> %s\n", i+1,
-			patterns(r.AggregateTypes), patterns(r.EventTypes), maskSecret("sink", r.Sink))
+		name := r.Name
+		if name == "" {
+			name = fmt.Sprintf("route-%d", i+1)
+		}
+		fmt.Fprintf(out, "  %d. %s: aggregate_type=%s event_type=%s -> %s%s\n", i+1, name,
+			patterns(r.AggregateTypes), patterns(r.EventTypes), maskSecret("sink", r.Sink), limitsText(r.limits()))
 	}
 	if s.hasDefaultSink() {
-		fmt.Fprintf(out, "  default -> %s\n", maskSecret("sink", s.rf.sink))
+		def, _ := s.limits.destination()
+		fmt.Fprintf(out, "  default -> %s%s\n", maskSecret("sink", s.rf.sink), limitsText(def))
 	} else {
 		fmt.Fprintln(out, "  default: none (run refuses to start while waiting messages match no route; later ones go dead)")
 	}
@@ -147,4 +157,19 @@ func checkSinkURL(raw string) error {
 		}
 	}
 	return nil
+}
+
+// limitsText is a destination's limits for config check, "" without.
+func limitsText(d outbox.Destination) string {
+	var parts []string
+	if d.Rate > 0 {
+		parts = append(parts, fmt.Sprintf("rate %g/s", d.Rate), fmt.Sprintf("burst %d", max(d.Burst, 1)))
+	}
+	if d.Concurrency > 0 {
+		parts = append(parts, fmt.Sprintf("concurrency %d", d.Concurrency))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }

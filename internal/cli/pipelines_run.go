@@ -477,6 +477,9 @@ func (r *pipelineRun) once(ctx context.Context, e *env, pool *pgxpool.Pool, logg
 		return err
 	}
 	defer sink.Close()
+	if cfg.Flow, err = s.flow(router); err != nil {
+		return err
+	}
 	if err := s.checkStart(ctx, pool, router, logger); err != nil {
 		return err
 	}

@@ -29,6 +29,7 @@ type runSetup struct {
 	consoleWrite bool
 	consoleHosts []string
 	tls          tlsFlags
+	limits       sinkLimits
 	// tc serves the console and the metrics over TLS (--tls-cert): nil
 	// without, and until relay loads it.
 	tc         *tls.Config
@@ -63,6 +64,9 @@ func newRunSetup(e *env, name, synopsis string) *runSetup {
 	s.fs.BoolVar(&s.consoleWrite, "console-write", false, "allow the console's actions that change rows (dead retry/skip, replay)")
 	s.fs.StringSliceVar(&s.consoleHosts, "console-allow-host", nil, "a name the console answers to besides its address, localhost and the loopback addresses (any other Host is refused 421); repeat or comma-separate")
 	s.tls.register(s.fs, "the console and the metrics listener")
+	s.fs.Var(&s.limits.rate, "sink-rate", "send the default sink (the table, without routes) at most this many messages: N a second, N/s, N/m or N/h, over all dispatchers; 0 = no limit")
+	s.fs.IntVar(&s.limits.burst, "sink-burst", 0, "with --sink-rate: how many may go at once after a quiet spell (0 = 1, evenly paced)")
+	s.fs.IntVar(&s.limits.concurrency, "sink-concurrency", 0, "at most this many publishes in flight to the default sink at once, over all dispatchers (0 = no limit)")
 	durVar(s.fs, &s.retention, "retention", 0, "purge done rows older than this in the background (e.g. 7d); 0 = keep them")
 	durVar(s.fs, &s.discoverEvery, "discover-interval", 30*time.Second, "with pipelines in the config file: match the tables of their patterns again this often (0 = only at the start)")
 	quietVar(s.fs, &s.routes, "route", "route FILTER[,FILTER]=URL, e.g. event_type=Order*=http://orders/hook (repeatable; replaces the file's routes)")
@@ -159,7 +163,7 @@ func (s *runSetup) openSinks(e *env, logger *slog.Logger, tracer trace.TracerPro
 			closeAll()
 			return nil, nil, err
 		}
-		rs = append(rs, route.Route{Name: sinkutil.RedactURL(r.Sink), AggregateTypes: r.AggregateTypes, EventTypes: r.EventTypes, Sink: sk})
+		rs = append(rs, route.Route{Name: sinkutil.RedactURL(r.Sink), AggregateTypes: r.AggregateTypes, EventTypes: r.EventTypes, Sink: sk, Limits: r.limits()})
 	}
 	var def outbox.Sink
 	if s.hasDefaultSink() {
@@ -204,6 +208,9 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer sink.Close()
+	if cfg.Flow, err = s.flow(router); err != nil {
+		return err
+	}
 	pool, err := s.db.connect(ctx, e, 8)
 	if err != nil {
 		return err

@@ -47,6 +47,7 @@ type Router struct {
 // configuration error).
 func New(routes []Route, def outbox.Sink) (*Router, error) {
 	routes = append([]Route(nil), routes...)
+	byName := map[string]outbox.Destination{}
 	for i, r := range routes {
 		if r.Sink == nil {
 			return nil, fmt.Errorf("route %d (%s): no sink", i+1, r.Name)
@@ -57,6 +58,11 @@ func New(routes []Route, def outbox.Sink) (*Router, error) {
 		if err := routes[i].Limits.Validate(); err != nil {
 			return nil, fmt.Errorf("route %d (%s): %w", i+1, r.Name, err)
 		}
+		// Routes of one name are one destination: one set of limits.
+		if prev, ok := byName[routes[i].Limits.Name]; ok && prev != routes[i].Limits {
+			return nil, fmt.Errorf("route %d (%s): destination %q is given other limits by an earlier route", i+1, r.Name, prev.Name)
+		}
+		byName[routes[i].Limits.Name] = routes[i].Limits
 		for _, p := range append(append([]string(nil), r.AggregateTypes...), r.EventTypes...) {
 			if _, err := path.Match(p, ""); err != nil {
 				return nil, fmt.Errorf("route %d (%s): bad pattern %q: %w", i+1, r.Name, p, err)
@@ -74,6 +80,11 @@ func (r *Router) LimitDefault(d outbox.Destination) error {
 	}
 	if err := d.Validate(); err != nil {
 		return err
+	}
+	for _, rt := range r.routes {
+		if rt.Limits.Name == d.Name && rt.Limits != d {
+			return fmt.Errorf("destination %q is a route's, with other limits", d.Name)
+		}
 	}
 	r.defLim = d
 	return nil

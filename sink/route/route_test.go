@@ -70,3 +70,36 @@ func TestRouterRejectsBadConfig(t *testing.T) {
 	_, err = route.New([]route.Route{{Name: "x"}}, nil)
 	require.ErrorContains(t, err, "no sink")
 }
+
+// Each message's destination is its route's, named route-N unless named,
+// with the route's limits; the default's when no route matches; routes of
+// one name must agree on their limits.
+func TestRouterDestinations(t *testing.T) {
+	t.Parallel()
+	sink := outbox.SinkFunc(func(context.Context, *outbox.Message) error { return nil })
+	r, err := route.New([]route.Route{
+		{EventTypes: []string{"Order*"}, Sink: sink, Limits: outbox.Destination{Rate: 5}},
+		{AggregateTypes: []string{"customer"}, Sink: sink, Limits: outbox.Destination{Name: "crm", Concurrency: 2}},
+	}, sink)
+	require.NoError(t, err)
+	require.True(t, r.Limited())
+	require.Equal(t, outbox.Destination{Name: "route-1", Rate: 5}, r.Destination(&outbox.Message{AggregateType: "order", EventType: "OrderPaid"}))
+	require.Equal(t, outbox.Destination{Name: "crm", Concurrency: 2}, r.Destination(&outbox.Message{AggregateType: "customer", EventType: "Renamed"}))
+	require.Equal(t, outbox.Destination{Name: "default"}, r.Destination(&outbox.Message{AggregateType: "invoice", EventType: "Sent"}))
+	require.NoError(t, r.LimitDefault(outbox.Destination{Rate: 100, Burst: 10}))
+	require.Equal(t, outbox.Destination{Name: "default", Rate: 100, Burst: 10}, r.Destination(&outbox.Message{AggregateType: "invoice"}))
+	require.Error(t, r.LimitDefault(outbox.Destination{Name: "crm", Concurrency: 3}), "the default given a route's name and other limits")
+	require.Error(t, r.LimitDefault(outbox.Destination{Rate: -1}))
+
+	_, err = route.New([]route.Route{
+		{EventTypes: []string{"A"}, Sink: sink, Limits: outbox.Destination{Name: "partner", Rate: 5}},
+		{EventTypes: []string{"B"}, Sink: sink, Limits: outbox.Destination{Name: "partner", Rate: 6}},
+	}, nil)
+	require.ErrorContains(t, err, `"partner"`)
+	_, err = route.New([]route.Route{{Sink: sink, Limits: outbox.Destination{Concurrency: -1}}}, nil)
+	require.Error(t, err)
+
+	plain, err := route.New([]route.Route{{EventTypes: []string{"A"}, Sink: sink}}, sink)
+	require.NoError(t, err)
+	require.False(t, plain.Limited())
+}
