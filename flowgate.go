@@ -29,6 +29,12 @@ type flowControl struct {
 	dests Destinations
 	owner string
 	now   func() time.Time
+	// hungAfter is how long a publish counts against its destination's
+	// concurrency at most: past its timeout and as long again, it is
+	// hung (a sink that ignores its context), given up by the lease
+	// mode, and must not take a slot for ever (under shard leases the
+	// dispatcher's own shards would then wait for good).
+	hungAfter time.Duration
 	// live lists the owners of the live dispatchers.
 	list func(context.Context) ([]string, error)
 
@@ -48,11 +54,17 @@ type gate struct {
 	dest     Destination
 	lim      *rate.Limiter // nil without a rate
 	capShare int           // publishes in flight allowed here
-	inFlight int
-	// next is the end of the schedule of messages handed back: each one
-	// handed back is due a share's interval after the one before, so
-	// they come back at the pace the budget frees, not all at once.
-	next time.Time
+	// flights are when the publishes in flight here started, by a
+	// number of their own.
+	flights map[uint64]time.Time
+	seq     uint64
+	// held are when the messages handed back and not yet due are due,
+	// in the order they were handed back: the queue a message handed
+	// back joins, each one an interval after the one before, so that
+	// they come back at the pace the budget frees, not all at once. A
+	// message handed back again joins the queue's end as it is then,
+	// never a schedule that only grows.
+	held []time.Time
 	// avg is the running average publish duration, for the
 	// concurrency's schedule.
 	avg time.Duration
@@ -65,13 +77,19 @@ const (
 	// holdMin and holdMax bound a hand-back's delay.
 	holdMin = 10 * time.Millisecond
 	holdMax = 15 * time.Minute
+	// concurrencyHoldMax bounds the delay of a message handed back for
+	// the concurrency, scheduled on the publishes' average duration: a
+	// receiver that hung for a while (every publish a timeout) must not
+	// leave its backlog due minutes after it answers again. A rate's
+	// schedule holds: the rate does not change with the receiver.
+	concurrencyHoldMax = 10 * time.Second
 	// flowRefreshEvery is how old the list of live dispatchers may be
 	// when a limited message is admitted.
 	flowRefreshEvery = time.Second
 )
 
-func newFlowControl(dests Destinations, owner string, now func() time.Time, list func(context.Context) ([]string, error)) *flowControl {
-	return &flowControl{dests: dests, owner: owner, now: now, list: list, gates: map[string]*gate{}, live: 1}
+func newFlowControl(dests Destinations, owner string, publishTimeout time.Duration, now func() time.Time, list func(context.Context) ([]string, error)) *flowControl {
+	return &flowControl{dests: dests, owner: owner, hungAfter: 2 * publishTimeout, now: now, list: list, gates: map[string]*gate{}, live: 1}
 }
 
 // refresh reads the live dispatchers when the last read is older than
@@ -101,8 +119,8 @@ func (f *flowControl) admit(ctx context.Context, msg *Message) (done func(time.D
 	f.mu.Lock()
 	now := f.now()
 	g := f.gateLocked(dest)
-	if dest.Concurrency > 0 && g.inFlight >= g.capShare {
-		hold = g.schedule(now, g.avg, g.concurrencyInterval())
+	if dest.Concurrency > 0 && g.inFlightAt(now, f.hungAfter) >= g.capShare {
+		hold = min(g.schedule(now, g.avg, g.concurrencyInterval()), concurrencyHoldMax)
 		f.mu.Unlock()
 		return nil, hold, fmt.Sprintf("held back: destination %q has its %d publishes in flight", dest.Name, dest.Concurrency)
 	}
@@ -117,7 +135,12 @@ func (f *flowControl) admit(ctx context.Context, msg *Message) (done func(time.D
 			return nil, hold, fmt.Sprintf("held back: destination %q is at its rate of %g a second", dest.Name, dest.Rate)
 		}
 	}
-	g.inFlight++
+	g.seq++
+	id := g.seq
+	if g.flights == nil {
+		g.flights = map[uint64]time.Time{}
+	}
+	g.flights[id] = now
 	f.mu.Unlock()
 	if wait > 0 {
 		t := time.NewTimer(wait)
@@ -130,13 +153,24 @@ func (f *flowControl) admit(ctx context.Context, msg *Message) (done func(time.D
 	return func(took time.Duration) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		g.inFlight--
+		delete(g.flights, id)
 		if g.avg == 0 {
 			g.avg = took
 		} else {
 			g.avg += (took - g.avg) / 8
 		}
 	}, 0, ""
+}
+
+// inFlightAt counts the publishes in flight that are not hung.
+func (g *gate) inFlightAt(now time.Time, hungAfter time.Duration) int {
+	n := 0
+	for _, started := range g.flights {
+		if now.Sub(started) < hungAfter {
+			n++
+		}
+	}
+	return n
 }
 
 // gateLocked is dest's gate, made or brought to dest's limits.
@@ -187,14 +221,16 @@ func (g *gate) concurrencyInterval() time.Duration {
 }
 
 // schedule is the delay of one more message handed back: after wait at
-// the soonest, interval after the one handed back before it.
+// the soonest, and an interval for each message handed back before it
+// that is not due yet.
 func (g *gate) schedule(now time.Time, wait, interval time.Duration) time.Duration {
-	at := now.Add(max(wait, holdMin))
-	if g.next.Before(at) {
-		g.next = at
+	i := 0
+	for i < len(g.held) && !g.held[i].After(now) {
+		i++
 	}
-	hold := min(g.next.Sub(now), holdMax)
-	g.next = g.next.Add(interval)
+	g.held = g.held[i:]
+	hold := min(max(wait, holdMin)+time.Duration(len(g.held))*interval, holdMax)
+	g.held = append(g.held, now.Add(hold))
 	return hold
 }
 

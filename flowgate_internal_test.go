@@ -16,7 +16,7 @@ func (c *fakeNow) now() time.Time { return c.t }
 func newTestFlow(dest Destination, owner string, owners ...string) (*flowControl, *fakeNow) {
 	clock := &fakeNow{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	list := func(context.Context) ([]string, error) { return owners, nil }
-	return newFlowControl(OneDestination(dest), owner, clock.now, list), clock
+	return newFlowControl(OneDestination(dest), owner, 10*time.Second, clock.now, list), clock
 }
 
 // The shares of three dispatchers add up to the limits: the rate and the
@@ -120,4 +120,73 @@ func TestDestinationValidate(t *testing.T) {
 	}
 	require.NoError(t, Destination{Name: "x", Rate: 0.5, Burst: 3, Concurrency: 4}.Validate())
 	require.Error(t, (&Config{Table: "outbox", Owner: "o", Flow: OneDestination(Destination{Rate: -2})}).WithDefaults().Validate())
+}
+
+// A message handed back again joins the queue as it is then: the
+// schedule does not grow with each hand-back of the same messages, only
+// with the messages waiting.
+func TestFlowScheduleIsTheQueueNotAHistory(t *testing.T) {
+	t.Parallel()
+	f, clock := newTestFlow(Destination{Name: "partner", Rate: 10}, "a")
+	msg := &Message{}
+	done, _, _ := f.admit(t.Context(), msg)
+	done(time.Millisecond)
+	for range 50 {
+		// Three messages waiting, handed back again and again as they
+		// come due, the budget spent each time by another.
+		var holds []time.Duration
+		for range 3 {
+			_, hold, _ := f.admit(t.Context(), msg)
+			holds = append(holds, hold)
+		}
+		require.LessOrEqual(t, holds[2], 400*time.Millisecond, "the third of three waiting")
+		clock.t = clock.t.Add(holds[2])
+		f.mu.Lock()
+		f.gates["partner"].lim.ReserveN(clock.t, 1) // the token taken by a fresh message
+		f.mu.Unlock()
+	}
+}
+
+// Held for the concurrency behind a receiver that takes a second a
+// publish, a backlog is never handed back for more than
+// concurrencyHoldMax: it must not wait minutes once the receiver is fast
+// again.
+func TestFlowConcurrencyHoldIsBounded(t *testing.T) {
+	t.Parallel()
+	f, _ := newTestFlow(Destination{Name: "partner", Concurrency: 1}, "a")
+	msg := &Message{}
+	done, _, _ := f.admit(t.Context(), msg)
+	require.NotNil(t, done)
+	f.mu.Lock()
+	f.gates["partner"].avg = time.Second
+	f.mu.Unlock()
+	var last time.Duration
+	for range 100 {
+		_, hold, _ := f.admit(t.Context(), msg)
+		require.LessOrEqual(t, hold, concurrencyHoldMax)
+		last = hold
+	}
+	require.Equal(t, concurrencyHoldMax, last)
+}
+
+// A publish hung past twice its timeout (a sink that ignores its
+// context) stops taking a slot of the concurrency: the lease mode gave it
+// up, and the dispatcher's other messages of the destination must not wait
+// for it for good.
+func TestFlowHungPublishFreesItsSlot(t *testing.T) {
+	t.Parallel()
+	f, clock := newTestFlow(Destination{Name: "partner", Concurrency: 1}, "a")
+	msg := &Message{}
+	hung, _, _ := f.admit(t.Context(), msg)
+	require.NotNil(t, hung)
+	held, _, _ := f.admit(t.Context(), msg)
+	require.Nil(t, held, "the slot is taken")
+	clock.t = clock.t.Add(20 * time.Second)
+	next, _, _ := f.admit(t.Context(), msg)
+	require.NotNil(t, next, "the hung publish no longer counts")
+	hung(time.Minute) // it returns at last
+	next(time.Millisecond)
+	f.mu.Lock()
+	require.Empty(t, f.gates["partner"].flights)
+	f.mu.Unlock()
 }

@@ -210,7 +210,8 @@ func runScenario(t *testing.T, e *env, sc scenario, seed uint64) {
 
 // randomConfig is the shape of the random-fault tiers: an unordered table
 // with three workers (one with heartbeats, one polling without NOTIFY) and
-// an ordered table with two (the second with heartbeats). The classes add
+// an ordered table with two (the second with heartbeats), one event type
+// of each relayed through a rate- and concurrency-limited route. The classes add
 // their failpoints to each incarnation's and, for ordered_run, make the
 // ordered workers poll rarely.
 func randomConfig(name, tier string, s uint64, c classSet) runConfig {
@@ -237,7 +238,7 @@ func randomConfig(name, tier string, s uint64, c classSet) runConfig {
 		name: name, tier: tier, lease: lease, publishTimeout: time.Second, drainTimeout: 90 * time.Second, classes: c,
 		pipelines: true,
 		groups: []groupConfig{
-			{name: "u", slots: 3, aggregates: 40, producers: 2, rollbackP: 0.1, arm: arm,
+			{name: "u", slots: 3, aggregates: 40, producers: 2, rollbackP: 0.1, arm: arm, limited: true,
 				slotArgs: func(i int) []string {
 					switch i {
 					case 1:
@@ -247,7 +248,7 @@ func randomConfig(name, tier string, s uint64, c classSet) runConfig {
 					}
 					return nil
 				}},
-			{name: "o", ordered: true, slots: 2, aggregates: 6, producers: 1, rollbackP: 0.1,
+			{name: "o", ordered: true, slots: 2, aggregates: 6, producers: 1, rollbackP: 0.1, limited: true,
 				arm:      func(slot, inc int) string { return arm(slot+10, inc) },
 				slotArgs: orderedArgs},
 		},

@@ -258,6 +258,10 @@ type groupConfig struct {
 	slotArgs func(slot int) []string
 	// arm picks the failpoints of a slot's incarnation.
 	arm func(slot, incarnation int) string
+	// limited routes one event type of the group's slots (the pipeline's
+	// aside) through a route with a rate, a burst and a concurrency, to
+	// the same receiver: flow control's hand-backs under the faults.
+	limited bool
 }
 
 type group struct {

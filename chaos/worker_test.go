@@ -119,6 +119,11 @@ func (s *slot) current() *proc {
 	return s.cur
 }
 
+// limitedRoute is the route of a limited group's slots, its URL to come:
+// one event type of four, 60 a second and 3 at once over the table's
+// dispatchers.
+const limitedRoute = "name=limited,rate=60,burst=5,concurrency=3,event_type=Event0="
+
 func (s *slot) owner(incarnation int) string { return fmt.Sprintf("%s-%d", s.name, incarnation) }
 
 func (s *slot) start() (*proc, error) {
@@ -157,6 +162,9 @@ func (s *slot) start() (*proc, error) {
 		args = append(args, "--lease-mode", r.cfg.leaseMode)
 	}
 	args = append(args, s.extraArgs...)
+	if s.g.cfg.limited && s != r.pipelineSlot {
+		args = append(args, "--route", limitedRoute+sink)
+	}
 	if s == r.pipelineSlot {
 		// The table is the pipeline's: --table gives way to the file.
 		i := slices.Index(args, "--table")
