@@ -98,7 +98,7 @@ func NewDispatcher(pool *pgxpool.Pool, sink Sink, cfg *Config) (*Dispatcher, err
 		dues:  newDueTimes(),
 	}
 	if c.Flow != nil {
-		d.flow = newFlowControl(c.Flow, store.OwnerText(c.Owner), c.PublishTimeout, time.Now, d.liveOwners)
+		d.flow = newFlowControl(c.Flow, store.OwnerText(c.Owner), c.PublishTimeout, c.LeaseMode == LeaseRows, time.Now, d.liveOwners)
 	}
 	d.listener = c.Listener
 	if d.listener == nil {

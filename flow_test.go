@@ -133,6 +133,15 @@ func TestFlowSlowDestinationDoesNotHoldBackTheOthers(t *testing.T) {
 			})
 			require.LessOrEqual(t, sink.perSecond("Slow"), 10+1, "the rate and its burst")
 			sink.requireOnceNoAttemptSpent(t, b, ids)
+			states := d.Destinations()
+			require.Len(t, states, 1, "only the limited destination")
+			s := states[0]
+			require.Equal(t, outbox.Destination{Name: "partner", Rate: 10}, s.Destination)
+			require.InDelta(t, 10, s.RateShare, 1e-9)
+			require.Equal(t, 1, s.Live)
+			require.Positive(t, s.HandedBack, "the backlog was handed back")
+			require.Positive(t, s.HeldFor)
+			require.Zero(t, s.InFlight)
 		})
 	}
 }
@@ -167,11 +176,12 @@ func TestFlowLimitsHoldOverDispatchers(t *testing.T) {
 	sink.requireOnceNoAttemptSpent(t, b, ids)
 }
 
-// waitUntil waits 10s at most for cond, then fails with what describe
-// says at that moment.
+// waitUntil waits 30s at most for cond (a bound, not a measure: the
+// pace is the limits'), then fails with what describe says at that
+// moment.
 func waitUntil(t *testing.T, cond func() bool, describe func() string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			require.FailNow(t, describe())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +36,11 @@ type flowControl struct {
 	// mode, and must not take a slot for ever (under shard leases the
 	// dispatcher's own shards would then wait for good).
 	hungAfter time.Duration
+	// pooled says a message handed back may be claimed by any dispatcher
+	// (row leases): the queue it joins is paced at the whole limit, which
+	// the dispatchers send together. Under shard leases and cursors it
+	// comes back to this dispatcher's shards, paced at its share.
+	pooled bool
 	// live lists the owners of the live dispatchers.
 	list func(context.Context) ([]string, error)
 
@@ -68,6 +74,10 @@ type gate struct {
 	// avg is the running average publish duration, for the
 	// concurrency's schedule.
 	avg time.Duration
+	// handedBack counts the messages handed back, heldFor the delays
+	// they were given.
+	handedBack int64
+	heldFor    time.Duration
 }
 
 const (
@@ -88,8 +98,16 @@ const (
 	flowRefreshEvery = time.Second
 )
 
-func newFlowControl(dests Destinations, owner string, publishTimeout time.Duration, now func() time.Time, list func(context.Context) ([]string, error)) *flowControl {
-	return &flowControl{dests: dests, owner: owner, hungAfter: 2 * publishTimeout, now: now, list: list, gates: map[string]*gate{}, live: 1}
+func newFlowControl(dests Destinations, owner string, publishTimeout time.Duration, pooled bool, now func() time.Time, list func(context.Context) ([]string, error)) *flowControl {
+	return &flowControl{dests: dests, owner: owner, hungAfter: 2 * publishTimeout, pooled: pooled, now: now, list: list, gates: map[string]*gate{}, live: 1}
+}
+
+// pace is how many shares the queue of hand-backs is paced at.
+func (f *flowControl) pace() time.Duration {
+	if f.pooled {
+		return time.Duration(f.live)
+	}
+	return 1
 }
 
 // refresh reads the live dispatchers when the last read is older than
@@ -120,7 +138,8 @@ func (f *flowControl) admit(ctx context.Context, msg *Message) (done func(time.D
 	now := f.now()
 	g := f.gateLocked(dest)
 	if dest.Concurrency > 0 && g.inFlightAt(now, f.hungAfter) >= g.capShare {
-		hold = min(g.schedule(now, g.avg, g.concurrencyInterval()), concurrencyHoldMax)
+		hold = min(g.schedule(now, g.avg, g.concurrencyInterval()/f.pace()), concurrencyHoldMax)
+		g.count(hold)
 		f.mu.Unlock()
 		return nil, hold, fmt.Sprintf("held back: destination %q has its %d publishes in flight", dest.Name, dest.Concurrency)
 	}
@@ -130,7 +149,8 @@ func (f *flowControl) admit(ctx context.Context, msg *Message) (done func(time.D
 		wait = r.DelayFrom(now)
 		if wait > flowSleepMax {
 			r.CancelAt(now)
-			hold = g.schedule(now, wait, time.Duration(float64(time.Second)/float64(g.lim.Limit())))
+			hold = g.schedule(now, wait, time.Duration(float64(time.Second)/float64(g.lim.Limit()))/f.pace())
+			g.count(hold)
 			f.mu.Unlock()
 			return nil, hold, fmt.Sprintf("held back: destination %q is at its rate of %g a second", dest.Name, dest.Rate)
 		}
@@ -160,6 +180,12 @@ func (f *flowControl) admit(ctx context.Context, msg *Message) (done func(time.D
 			g.avg += (took - g.avg) / 8
 		}
 	}, 0, ""
+}
+
+// count records a message handed back for hold.
+func (g *gate) count(hold time.Duration) {
+	g.handedBack++
+	g.heldFor += hold
 }
 
 // inFlightAt counts the publishes in flight that are not hung.
@@ -271,4 +297,64 @@ func (d *Dispatcher) liveOwners(ctx context.Context) ([]string, error) {
 		owners[i] = x.Owner
 	}
 	return owners, nil
+}
+
+// DestinationState is what a dispatcher holds of one destination's limits
+// ([Dispatcher.Destinations]): its share of them, what it has in flight
+// and what it handed back for want of budget.
+type DestinationState struct {
+	Destination
+	// RateShare and BurstShare are this dispatcher's share of the rate
+	// (messages a second) and the burst; ConcurrencyShare its share of
+	// the publishes in flight. Zero where the destination has no such
+	// limit.
+	RateShare        float64
+	BurstShare       int
+	ConcurrencyShare int
+	// InFlight is how many publishes to it are in flight here now (hung
+	// ones past twice the publish timeout left out).
+	InFlight int
+	// Waiting is how many messages this dispatcher handed back that are
+	// not due yet.
+	Waiting int
+	// HandedBack counts the messages handed back since the start, and
+	// HeldFor adds up the delays they were given.
+	HandedBack int64
+	HeldFor    time.Duration
+	// Live is how many dispatchers of the table share the limits, as last
+	// read.
+	Live int
+}
+
+// Destinations reports the limited destinations this dispatcher has sent
+// to or held back, by name; nil without Config.Flow.
+func (d *Dispatcher) Destinations() []DestinationState {
+	if d.flow == nil {
+		return nil
+	}
+	return d.flow.states()
+}
+
+func (f *flowControl) states() []DestinationState {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.now()
+	out := make([]DestinationState, 0, len(f.gates))
+	for _, g := range f.gates {
+		s := DestinationState{
+			Destination: g.dest, ConcurrencyShare: g.capShare, InFlight: g.inFlightAt(now, f.hungAfter),
+			HandedBack: g.handedBack, HeldFor: g.heldFor, Live: f.live,
+		}
+		for _, at := range g.held {
+			if at.After(now) {
+				s.Waiting++
+			}
+		}
+		if g.lim != nil {
+			s.RateShare, s.BurstShare = float64(g.lim.Limit()), g.lim.Burst()
+		}
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b DestinationState) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }

@@ -16,7 +16,7 @@ func (c *fakeNow) now() time.Time { return c.t }
 func newTestFlow(dest Destination, owner string, owners ...string) (*flowControl, *fakeNow) {
 	clock := &fakeNow{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	list := func(context.Context) ([]string, error) { return owners, nil }
-	return newFlowControl(OneDestination(dest), owner, 10*time.Second, clock.now, list), clock
+	return newFlowControl(OneDestination(dest), owner, 10*time.Second, false, clock.now, list), clock
 }
 
 // The shares of three dispatchers add up to the limits: the rate and the
@@ -189,4 +189,21 @@ func TestFlowHungPublishFreesItsSlot(t *testing.T) {
 	f.mu.Lock()
 	require.Empty(t, f.gates["partner"].flights)
 	f.mu.Unlock()
+}
+
+// Under row leases a message handed back may be claimed by any of the
+// dispatchers, which send the whole rate together: the queue is paced at
+// the whole rate, not this dispatcher's share of it.
+func TestFlowPooledPace(t *testing.T) {
+	t.Parallel()
+	clock := &fakeNow{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	list := func(context.Context) ([]string, error) { return []string{"a", "b", "c"}, nil }
+	f := newFlowControl(OneDestination(Destination{Name: "partner", Rate: 30}), "a", 10*time.Second, true, clock.now, list)
+	msg := &Message{}
+	done, _, _ := f.admit(t.Context(), msg)
+	require.NotNil(t, done)
+	_, first, _ := f.admit(t.Context(), msg)
+	_, second, _ := f.admit(t.Context(), msg)
+	require.Equal(t, 100*time.Millisecond, first, "this dispatcher's next token: a tenth of a second at its share of 10")
+	require.InDelta(t, float64(time.Second/30), float64(second-first), float64(time.Millisecond), "paced at the whole 30 a second")
 }

@@ -34,6 +34,12 @@
 //	outbox_sink_paused{sink}                      gauge: 1 while the sink is paused (it reported itself unavailable)
 //	outbox_sink_pauses_total{sink}                counter
 //	outbox_dispatcher_up                          gauge: 1 while the dispatcher runs
+//	outbox_destination_in_flight{destination}     gauge: publishes in flight to a limited destination
+//	outbox_destination_waiting{destination}       gauge: messages handed back for want of its budget, not due yet
+//	outbox_destination_handed_back_total{destination}  counter
+//	outbox_destination_held_seconds_total{destination} counter: the delays they were given
+//	outbox_destination_rate_limit{destination}    gauge: this dispatcher's share of its rate
+//	outbox_destination_concurrency_limit{destination}  gauge: its share of its concurrency
 package metrics
 
 import (
@@ -130,6 +136,7 @@ type Metrics struct {
 
 	tableCollectors
 	dispatcherCollectors
+	destinations *destinations
 
 	// Readiness state.
 	mu          sync.Mutex
@@ -204,7 +211,7 @@ func (m *Metrics) collectors() []prometheus.Collector {
 		m.publishes, m.publishDuration, m.deliveryLag,
 		m.claimBatch, m.claimDuration, m.claimErrors, m.claimsFailing, m.claimOutages,
 		m.finalizeDuration, m.finalizeErrors, m.fencedFinalizes,
-		m.heartbeats, m.heartbeatLost, m.hungPublishes, m.sinkPaused, m.sinkPauses, m.up,
+		m.heartbeats, m.heartbeatLost, m.hungPublishes, m.sinkPaused, m.sinkPauses, m.up, m.destinations,
 	}
 }
 
@@ -267,6 +274,7 @@ func (m *Metrics) newCollectors(tableName, sinkName, pipeline string) {
 		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, ConstLabels: labels, Buckets: buckets})
 	}
 	m.tableCollectors = newTableCollectors(table, gauge, counter)
+	m.destinations = newDestinations(table)
 	m.dispatcherCollectors = newDispatcherCollectors(table, sink, gauge, counter, histogram)
 }
 

@@ -50,6 +50,13 @@ var contract = map[string]struct {
 	"outbox_sink_paused":                  {dto.MetricType_GAUGE, []string{"table", "sink"}},
 	"outbox_sink_pauses_total":            {dto.MetricType_COUNTER, []string{"table", "sink"}},
 	"outbox_dispatcher_up":                {dto.MetricType_GAUGE, []string{"table"}},
+
+	"outbox_destination_in_flight":          {dto.MetricType_GAUGE, []string{"destination", "table"}},
+	"outbox_destination_waiting":            {dto.MetricType_GAUGE, []string{"destination", "table"}},
+	"outbox_destination_handed_back_total":  {dto.MetricType_COUNTER, []string{"destination", "table"}},
+	"outbox_destination_held_seconds_total": {dto.MetricType_COUNTER, []string{"destination", "table"}},
+	"outbox_destination_rate_limit":         {dto.MetricType_GAUGE, []string{"destination", "table"}},
+	"outbox_destination_concurrency_limit":  {dto.MetricType_GAUGE, []string{"destination", "table"}},
 }
 
 // TestNames lints every registered metric against the contract: exactly its
@@ -59,7 +66,14 @@ var contract = map[string]struct {
 func TestNames(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	metrics.New(&metrics.Options{Registerer: reg, Table: "app.outbox", Sink: "http"})
+	m := metrics.New(&metrics.Options{Registerer: reg, Table: "app.outbox", Sink: "http"})
+	m.WatchDestinations(func() []outbox.DestinationState {
+		return []outbox.DestinationState{
+			{Destination: outbox.Destination{Name: "partner", Rate: 30, Concurrency: 4}, RateShare: 10, ConcurrencyShare: 2,
+				InFlight: 2, Waiting: 5, HandedBack: 40, HeldFor: 12 * time.Second, Live: 3},
+			{Destination: outbox.Destination{Name: "crm", Concurrency: 1}, ConcurrencyShare: 1, Live: 3},
+		}
+	})
 	fams := gather(t, reg)
 
 	got := map[string]bool{}
@@ -115,6 +129,14 @@ func TestNames(t *testing.T) {
 		`outbox_messages{status="done"}`:       0,
 		`outbox_messages{status="dead"}`:       0,
 	}, family(series, "outbox_messages"))
+	require.Equal(t, map[string]float64{`outbox_destination_waiting{destination="crm"}`: 0, `outbox_destination_waiting{destination="partner"}`: 5},
+		family(series, "outbox_destination_waiting"))
+	require.Equal(t, map[string]float64{`outbox_destination_held_seconds_total{destination="crm"}`: 0, `outbox_destination_held_seconds_total{destination="partner"}`: 12},
+		family(series, "outbox_destination_held_seconds_total"))
+	require.Equal(t, map[string]float64{`outbox_destination_rate_limit{destination="partner"}`: 10},
+		family(series, "outbox_destination_rate_limit"), "no rate series for a destination without a rate")
+	require.Equal(t, map[string]float64{`outbox_destination_concurrency_limit{destination="crm"}`: 1, `outbox_destination_concurrency_limit{destination="partner"}`: 2},
+		family(series, "outbox_destination_concurrency_limit"))
 	var les []string
 	for k := range family(series, "outbox_claim_batch_size_bucket") {
 		les = append(les, k[strings.Index(k, `"`)+1:len(k)-2])

@@ -310,6 +310,9 @@ func (s *runSetup) relay(ctx context.Context, e *env, pool *pgxpool.Pool, sink o
 	if err != nil {
 		return err
 	}
+	if m != nil {
+		m.WatchDestinations(d.Destinations)
+	}
 	if s.consoleAddr != "" {
 		stopConsole, err := s.startConsole(ctx, e, pool, logger)
 		if err != nil {
