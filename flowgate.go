@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -45,9 +46,10 @@ type flowControl struct {
 	list func(context.Context) ([]string, error)
 
 	// refreshMu makes one worker read the live dispatchers while the
-	// others wait for its answer; read is when it last did.
+	// others wait for its answer; read is when it last did (Unix
+	// nanoseconds), looked at without the lock by every admission.
 	refreshMu sync.Mutex
-	read      time.Time
+	read      atomic.Int64
 
 	mu    sync.Mutex
 	gates map[string]*gate
@@ -113,13 +115,17 @@ func (f *flowControl) pace() time.Duration {
 // refresh reads the live dispatchers when the last read is older than
 // flowRefreshEvery; on an error the shares stay as they were.
 func (f *flowControl) refresh(ctx context.Context) {
+	fresh := func() bool { return f.now().UnixNano()-f.read.Load() < int64(flowRefreshEvery) }
+	if fresh() {
+		return
+	}
 	f.refreshMu.Lock()
 	defer f.refreshMu.Unlock()
-	if f.now().Sub(f.read) < flowRefreshEvery {
+	if fresh() {
 		return
 	}
 	owners, err := f.list(ctx)
-	f.read = f.now()
+	f.read.Store(f.now().UnixNano())
 	if err == nil {
 		f.setLive(owners)
 	}
@@ -206,7 +212,7 @@ func (f *flowControl) gateLocked(dest Destination) *gate {
 		g = &gate{}
 		f.gates[dest.Name] = g
 	}
-	if g.dest != dest || (dest.Rate > 0) != (g.lim != nil) {
+	if g.dest != dest {
 		g.dest = dest
 		g.apply(f.rank, f.live)
 	}

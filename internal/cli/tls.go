@@ -37,13 +37,10 @@ func (t *tlsFlags) check() error {
 	return nil
 }
 
-// config loads the pair and reloads it on SIGHUP until the returned func
-// is called: nil and a no-op without --tls-cert. A pair that does not
-// load is a usage error naming the file.
+// config loads the pair (the flags checked already) and reloads it on
+// SIGHUP until the returned func is called: nil and a no-op without
+// --tls-cert. A pair that does not load is a usage error naming the file.
 func (t *tlsFlags) config(ctx context.Context, logger *slog.Logger) (*tls.Config, func(), error) {
-	if err := t.check(); err != nil {
-		return nil, nil, err
-	}
 	if t.cert == "" {
 		return nil, func() {}, nil
 	}
