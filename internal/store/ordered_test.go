@@ -106,12 +106,17 @@ func TestClaimOrderedSweepsAllAggregates(t *testing.T) {
 func explainAnalyze(t *testing.T, b *testBundle, q, args string) (string, planNode) {
 	t.Helper()
 	ctx := t.Context()
-	tx, err := b.pool.Begin(ctx)
+	// The connection is held until the prepared statement, which outlives
+	// the rollback, is dropped: a pooled transaction's rollback gives its
+	// connection back, and a DEALLOCATE after it would run on a connection
+	// another test holds.
+	conn, err := b.pool.Acquire(ctx)
 	require.NoError(t, err)
-	// A prepared statement outlives the rollback: drop it after, so the
-	// pooled connection can run the next probe.
-	defer tx.Conn().Exec(context.WithoutCancel(ctx), "DEALLOCATE analyze_probe") //nolint:errcheck // best effort
-	defer tx.Rollback(context.WithoutCancel(ctx))                                //nolint:errcheck // always rolled back
+	defer conn.Release()
+	defer conn.Exec(context.WithoutCancel(ctx), "DEALLOCATE analyze_probe") //nolint:errcheck // best effort
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // always rolled back
 	_, err = tx.Exec(ctx, "PREPARE analyze_probe AS "+q)
 	require.NoError(t, err)
 	var js string
