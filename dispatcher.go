@@ -55,6 +55,8 @@ type Dispatcher struct {
 	sizer    *claimSizer
 	// flow keeps the destinations' limits (Config.Flow); nil without.
 	flow *flowControl
+	// pauses are the destinations an operator paused.
+	pauses *pauseGate
 
 	// clock is the engine's time (the wall clock when nil; tests set
 	// their own).
@@ -97,7 +99,9 @@ func NewDispatcher(pool *pgxpool.Pool, sink Sink, cfg *Config) (*Dispatcher, err
 		sizer: newClaimSizer(c),
 		dues:  newDueTimes(),
 	}
-	if c.Flow != nil {
+	d.pauses = newPauseGate(c.Flow, func(ctx context.Context) ([]store.Pause, error) { return d.store.Pauses(ctx, d.pool) },
+		c.PollInterval, d.log)
+	if c.Flow != nil && limited(c.Flow) {
 		d.flow = newFlowControl(c.Flow, store.OwnerText(c.Owner), c.PublishTimeout, c.LeaseMode == LeaseRows, time.Now, d.liveOwners)
 	}
 	d.listener = c.Listener
@@ -260,6 +264,7 @@ func (d *Dispatcher) relay(ctx context.Context, drain bool, mode lease.Mode, lea
 	w := &worker{
 		cfg: d.cfg.publishConfig(mode.RenewEvery()), breaker: &d.breaker, sizer: d.sizer, leases: leases,
 		chains: chained, publish: d.publish, observe: d.observeSink, classify: d.classify, flow: d.flow,
+		pauses: d.pauses,
 	}
 	for range d.cfg.Workers {
 		workers.Go(func() { w.run(ctx, claims, verdicts) })
@@ -280,7 +285,7 @@ func (d *Dispatcher) relay(ctx context.Context, drain bool, mode lease.Mode, lea
 
 	f := &fetcher{
 		engine: d.engine(), cfg: d.cfg.fetchConfig(), mode: mode, store: d.store, pool: d.pool, sizer: d.sizer, breaker: &d.breaker,
-		wake: d.wake, listening: &d.listening, due: &d.due, dues: d.dues,
+		wake: d.wake, listening: &d.listening, due: &d.due, dues: d.dues, pauses: d.pauses,
 		drain: drain, slots: capacity, leases: leases, chains: chained, out: claims,
 	}
 	f.run(ctx)

@@ -69,6 +69,9 @@ type fetcher struct {
 	// dues are when the retries and defers the dispatcher wrote come due
 	// (see Dispatcher.dues).
 	dues *dueTimes
+	// pauses are the operator's pauses: the whole table paused, nothing
+	// is claimed.
+	pauses *pauseGate
 	// idleEvery is the idle wait of a registered listener: PollInterval,
 	// doubled by each poll that found nothing, up to IdlePollMax.
 	idleEvery time.Duration
@@ -174,6 +177,11 @@ func (f *fetcher) step(ctx context.Context) bool {
 			return true
 		}
 	}
+	f.pauses.look(ctx, false)
+	f.wakePaused(ctx)
+	if f.pauses.whole() {
+		return f.sleep(ctx, nil, f.cfg.poll)
+	}
 	batch, wait, extra := f.gate()
 	batch = min(batch, int(room))
 	if batch == 0 {
@@ -204,6 +212,7 @@ func (f *fetcher) step(ctx context.Context) bool {
 	if len(rows) == 0 {
 		return f.idle(ctx)
 	}
+	f.pauses.look(ctx, true)
 	f.emit(rows, start, dbNow)
 	if len(rows) < batch {
 		// A partial batch: the backlog is drained and rows trickle in.

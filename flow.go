@@ -23,6 +23,10 @@ type Destination struct {
 	Concurrency int
 }
 
+// DefaultDestination is the name of the destination of a message no
+// route names: the default sink's.
+const DefaultDestination = "default"
+
 // Limited reports whether d has a limit.
 func (d Destination) Limited() bool { return d.Rate > 0 || d.Concurrency > 0 }
 
@@ -75,3 +79,13 @@ func flowInvalid(f Destinations) error {
 }
 
 func (o oneDestination) Destination(*Message) Destination { return Destination(o) }
+
+// limited reports whether f may name a destination with a limit: false
+// only for one that says it has none (route.Router without limits), which
+// then names destinations for pauses alone, at no cost per message.
+func limited(f Destinations) bool {
+	if l, ok := f.(interface{ Limited() bool }); ok {
+		return l.Limited()
+	}
+	return true
+}

@@ -8,8 +8,11 @@ import "github.com/outboxd/outbox/internal/store"
 // made due earlier (store.NotifyDue) also makes its next claim look again
 // at what the dispatcher knows to wait.
 func (d *Dispatcher) notified(payload string) {
-	if payload == store.NotifyDue {
+	switch payload {
+	case store.NotifyDue:
 		d.due.Store(true)
+	case store.NotifyPause:
+		d.pauses.changed.Store(true)
 	}
 	d.stats.wakeups.Add(1)
 	d.signal()

@@ -1,6 +1,10 @@
 package outbox
 
-import "log/slog"
+import (
+	"log/slog"
+
+	"github.com/outboxd/outbox/internal/store"
+)
 
 // settle reports one message's outcome once its fenced write was tried: the
 // hook, the counters and a log line for what an operator should see. A
@@ -20,6 +24,12 @@ func (d *Dispatcher) settle(v *verdict, held bool) {
 	switch outcome {
 	case OutcomeReleased:
 		d.breaker.released()
+		if v.write.Error == store.PausedError {
+			d.pauses.settled(m)
+			if d.pauses.wake.Load() {
+				d.signal()
+			}
+		}
 		if v.write.Delay > 0 {
 			d.dues.add(d.clock.Now().Add(v.write.Delay))
 		}

@@ -40,6 +40,8 @@ type worker struct {
 	classify func(*claimed, error) verdict
 	// flow, when set, admits each publish to its destination's limits.
 	flow *flowControl
+	// pauses hold back the messages of paused destinations.
+	pauses *pauseGate
 }
 
 // run publishes claims until in is closed. Once ctx is done, claims not yet
@@ -83,6 +85,9 @@ func (w *worker) process(ctx context.Context, c *claimed) verdict {
 	}
 	if c.dropped {
 		return release(c, behindUndelivered)
+	}
+	if held, why := w.pauses.holds(&c.msg); held {
+		return pausedBack(c, why)
 	}
 	if w.breaker.paused() {
 		return release(c, "released unpublished: sink unavailable")

@@ -84,9 +84,8 @@ func (s *runSetup) flow(router *route.Router) (outbox.Destinations, error) {
 	if err := router.LimitDefault(def); err != nil {
 		return nil, usagef("--sink-rate: %v", err)
 	}
-	if !router.Limited() {
-		return nil, nil
-	}
+	// Without limits the router still names each message's destination,
+	// for the pauses (a route's name).
 	return router, nil
 }
 

@@ -71,6 +71,7 @@ const (
 	suffixAttempts      = "_attempts" // the attempt history (and its index, "_attempts_message")
 	suffixAttemptsIndex = "_attempts_message"
 	suffixDispatchers   = "_dispatchers" // the live dispatchers
+	suffixPauses        = "_pauses"      // the destinations an operator paused
 	// Shard leases (Store.EnableShards).
 	suffixShards       = "_shards"
 	suffixShardMembers = "_shard_members"
@@ -88,7 +89,7 @@ const (
 // table: its indexes and the waiters, audit, attempts and dispatchers
 // tables.
 var relationSuffixes = []string{suffixReady, suffixLeased, suffixAggregate, suffixDead, suffixDone, suffixWaiters, suffixAudit,
-	suffixAttempts, suffixAttemptsIndex, suffixDispatchers}
+	suffixAttempts, suffixAttemptsIndex, suffixDispatchers, suffixPauses}
 
 // Channel is the table's wake-up notification channel, "schema.name"; the
 // table must be resolved (its Schema set, as Resolve returns it).
@@ -102,6 +103,9 @@ func (t Table) Attempts() Table { return Table{Schema: t.Schema, Name: t.Name + 
 
 // Dispatchers is the live dispatchers' table, in the table's schema.
 func (t Table) Dispatchers() Table { return Table{Schema: t.Schema, Name: t.Name + suffixDispatchers} }
+
+// Pauses is the table of paused destinations, in the table's schema.
+func (t Table) Pauses() Table { return Table{Schema: t.Schema, Name: t.Name + suffixPauses} }
 
 // WakeTrigger is the wake-up trigger's name (unquoted; a trigger takes no
 // schema).
@@ -146,6 +150,7 @@ func (t Table) replacer() *strings.Replacer {
 		"{{attempts}}", t.ident(suffixAttempts),
 		"{{attempts_index}}", t.bare(suffixAttemptsIndex),
 		"{{dispatchers}}", t.ident(suffixDispatchers),
+		"{{pauses}}", t.ident(suffixPauses),
 		"{{shards}}", t.ident(suffixShards),
 		"{{shard_members}}", t.ident(suffixShardMembers),
 		"{{shard_function}}", t.ident(suffixShard),

@@ -52,6 +52,7 @@ type Store struct {
 	cursorConsole consoleSQL
 	shards        shardSQL
 	cursor        cursorSQL
+	pause         pauseSQL
 }
 
 // New prepares the statements for the named table ("name" or "schema.name").
@@ -113,6 +114,7 @@ func newStore(t Table) *Store {
 		cursorConsole:    cursorConsole(r),
 		shards:           loadShards(load),
 		cursor:           loadCursor(load),
+		pause:            loadPauses(load),
 	}
 }
 

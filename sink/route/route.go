@@ -31,7 +31,7 @@ type Route struct {
 }
 
 // DefaultDestination names the messages that match no route.
-const DefaultDestination = "default"
+const DefaultDestination = outbox.DefaultDestination
 
 // Router is a [outbox.Sink] that publishes each message to the first route
 // that matches it, else to the default sink. It is also the

@@ -1,0 +1,3 @@
+-- Whether the table has a parked table (snapshot cursors enabled): $1 its
+-- quoted name.
+SELECT to_regclass($1) IS NOT NULL
