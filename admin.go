@@ -187,6 +187,9 @@ type Status struct {
 	// Dispatchers are the live dispatchers of the table, idle or busy
 	// ([Admin.LiveDispatchers]); empty when none runs.
 	Dispatchers []LiveDispatcher `json:"dispatchers"`
+	// Pauses are the pauses in force ([Admin.Pause]), the whole table's
+	// first; empty when nothing is paused.
+	Pauses []Pause `json:"pauses"`
 }
 
 // LiveDispatcher is a running dispatcher as it last reported itself: each
@@ -235,7 +238,8 @@ type BlockedCount struct {
 const StatusBlockedListed = 10
 
 // Status reads the table's health figures: one statement, one more for
-// what waits behind dead heads and one for the live dispatchers.
+// what waits behind dead heads, one for the live dispatchers and one for
+// the pauses.
 func (a *Admin) Status(ctx context.Context) (*Status, error) {
 	st, err := a.store.Status(ctx, a.db)
 	if err != nil {
@@ -249,7 +253,11 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: status: %w", err)
 	}
-	out := &Status{Counts: st.Counts, DoneEstimated: st.DoneEstimated, ExpiredLeases: st.ExpiredLeases, Attempts: map[string]int64{},
+	pauses, err := a.store.Pauses(ctx, a.db)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: status: %w", err)
+	}
+	out := &Status{Pauses: pausesOf(pauses), Counts: st.Counts, DoneEstimated: st.DoneEstimated, ExpiredLeases: st.ExpiredLeases, Attempts: map[string]int64{},
 		Blocked: BlockedCount{Aggregates: blocked.Aggregates, Messages: blocked.Messages, List: blockedList(blocked.List)}, Dispatchers: live}
 	if st.OldestPendingAge >= 0 {
 		s := st.OldestPendingAge.Seconds()

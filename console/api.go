@@ -1,8 +1,10 @@
 package console
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 
 	"github.com/outboxd/outbox"
@@ -107,7 +109,16 @@ func (s *Server) tableOf(w http.ResponseWriter, r *http.Request) *table {
 
 // decodeBody reads a JSON request body of at most 1 MiB into v.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	return decodeFrom(w, http.MaxBytesReader(w, r.Body, 1<<20), v)
+}
+
+// decodeBytes reads a JSON body already read into v.
+func decodeBytes(w http.ResponseWriter, body []byte, v any) bool {
+	return decodeFrom(w, bytes.NewReader(body), v)
+}
+
+func decodeFrom(w http.ResponseWriter, r io.Reader, v any) bool {
+	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError

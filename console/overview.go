@@ -40,6 +40,9 @@ type Overview struct {
 	// oldest dead head first. Delivered in order, they wait until an
 	// operator retries or skips the dead message.
 	Blocked *outbox.Blocked `json:"blocked"`
+	// Paused are the pauses in force (outbox.Admin.Pause), the whole
+	// table's (route "") first.
+	Paused []outbox.Pause `json:"paused"`
 }
 
 // BreakdownView is one row of a breakdown: undelivered and dead counts of
@@ -120,6 +123,9 @@ func (s *Server) overview(ctx context.Context, t *table) (Overview, outbox.Gauge
 			return o, g, err
 		}
 	}
+	if o.Paused, err = t.admin.Pauses(ctx); err != nil {
+		return o, g, err
+	}
 	o.Dispatchers, err = dispatchers(ctx, t)
 	return o, g, err
 }
@@ -157,10 +163,11 @@ func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request, t *table, 
 		Breakdowns      []breakdownTable
 		Dispatchers     []DispatcherView
 		Blocked         *outbox.Blocked
+		Paused          []outbox.Pause
 	}{base, g, o.DoneEstimatedAt, o.BreakdownsAt, []breakdownTable{
 		{"event type", "event_type", o.ByEventType},
 		{"aggregate type", "aggregate_type", o.ByAggregateType},
-	}, o.Dispatchers, o.Blocked})
+	}, o.Dispatchers, o.Blocked, o.Paused})
 }
 
 // apiStatus answers exactly what `outboxd status --json` prints.

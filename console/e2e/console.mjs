@@ -1,6 +1,7 @@
 // End-to-end check of the outboxd console in headless Chromium: sign in,
 // load every page, filter dead messages, retry all matching and watch the
-// count fall to zero, with no console error on any page. Run by
+// count fall to zero, pause and resume a route and the table, with no
+// console error on any page. Run by
 // console/e2e_test.go, which starts the console and seeds the table.
 //
 // Environment: CONSOLE_URL, CONSOLE_TOKEN, CONSOLE_TABLE, DEAD_EVENT (the
@@ -170,11 +171,39 @@ try {
   await visit(page, t('/dead'), 'dead_unfiltered');
   check(await countOf(page) === deadOther, `unfiltered dead count ${await countOf(page)} is ${deadOther}`);
 
+  // Pause a route from the overview, with a reason; it is listed with who
+  // paused it and a Resume button, which lifts it. Then the whole table:
+  // a banner says nothing is delivered until it is resumed.
+  await visit(page, t('/'), 'overview_pause');
+  check(await page.locator('#no-pauses').isVisible(), 'nothing paused at first');
+  await page.fill('#pause-route', 'partner');
+  await page.fill('#pause-reason', 'partner maintenance');
+  await page.click('#pause-form button[type="submit"]');
+  await page.waitForSelector('#confirm[open]');
+  check((await page.textContent('#confirm-text')).includes('route "partner"'), 'the confirmation names the route');
+  await Promise.all([page.waitForEvent('load'), page.click('#confirm-ok')]);
+  const paused = page.locator('#pauses tr[data-route="partner"]');
+  await paused.waitFor();
+  const row = await paused.textContent();
+  check(row.includes('partner maintenance') && row.includes('token'), `the pause is listed with its reason and author: ${row}`);
+  await shot(page, 'overview-paused');
+  await Promise.all([page.waitForEvent('load'), paused.locator('button.resume').click()]);
+  await page.waitForSelector('#no-pauses');
+  await page.click('#pause-form button[type="submit"]');
+  await page.waitForSelector('#confirm[open]');
+  check((await page.textContent('#confirm-text')).includes('the whole table'), 'an empty route pauses the whole table');
+  await Promise.all([page.waitForEvent('load'), page.click('#confirm-ok')]);
+  await page.waitForSelector('#table-paused');
+  await Promise.all([page.waitForEvent('load'), page.locator('#pauses tr[data-route=""] button.resume').click()]);
+  await page.waitForSelector('#no-pauses');
+  check(await page.locator('#table-paused').count() === 0, 'the banner is gone once resumed');
+
   await visit(page, t('/replay'), 'replay');
   await shot(page, 'replay');
   await visit(page, t('/audit'), 'audit');
   const audit = await page.textContent('#audit');
   check(audit.includes('dead_retry') || audit.includes('retry'), 'the retry is audited');
+  check(audit.includes('pause') && audit.includes('resume'), 'the pauses and resumes are audited');
   await shot(page, 'audit');
 
   const dark = await newPage('dark');

@@ -310,3 +310,32 @@ if (retryNow) retryNow.addEventListener('click', async () => {
     alertBox(e.message);
   }
 });
+
+// ---- pause and resume ----
+// A route (or, with no name, the whole table) paused on every dispatcher
+// until resumed; both audited.
+function pauseURL(route, verb) {
+  return route ? api + '/routes/' + encodeURIComponent(route) + '/' + verb : api + '/' + verb;
+}
+const pauseForm = document.getElementById('pause-form');
+if (pauseForm) pauseForm.addEventListener('submit', async (e) => {
+  e.preventDefault();
+  const route = document.getElementById('pause-route').value.trim();
+  const reason = document.getElementById('pause-reason').value.trim();
+  const what = route ? `route "${route}"` : 'the whole table (nothing is delivered)';
+  if (!await confirmDialog('Pause', `Pause ${what} on every dispatcher until it is resumed?`)) return;
+  try {
+    await call('POST', pauseURL(route, 'pause'), { reason });
+    location.reload();
+  } catch (err) {
+    alertBox(err.message);
+  }
+});
+document.querySelectorAll('button.resume').forEach((b) => b.addEventListener('click', async () => {
+  try {
+    await call('POST', pauseURL(b.dataset.route, 'resume'));
+    location.reload();
+  } catch (err) {
+    alertBox(err.message);
+  }
+}));

@@ -385,6 +385,17 @@ func printStatus(out io.Writer, table string, st *outbox.Status) error {
 	}
 	fmt.Fprintf(w, "oldest pending age\t%s\n", age)
 	fmt.Fprintf(w, "expired leases\t%d\n", st.ExpiredLeases)
+	for i, p := range st.Pauses {
+		label := ""
+		if i == 0 {
+			label = "paused"
+		}
+		what := "the whole table"
+		if !p.Whole() {
+			what = fmt.Sprintf("route %q", p.Route)
+		}
+		fmt.Fprintf(w, "%s\t%s %s\n", label, what, pauseLine(p))
+	}
 	if len(st.Dispatchers) == 0 {
 		fmt.Fprintf(w, "dispatchers\tnone running (none reported within three beats)\n")
 	}

@@ -56,6 +56,8 @@ func commands() []command {
 		{"status", "show counts by status, oldest pending age, expired leases, attempts", runStatus},
 		{"show", "print one message with its attempt history (show ID [--json])", runShow},
 		{"retry-now", "make messages waiting for a later attempt due now (retry-now ID...)", runRetryNow},
+		{"pause", "pause a route (--route NAME) or the whole table on every dispatcher until resumed", runPause},
+		{"resume", "resume a paused route (--route NAME) or table; its held messages go at once", runResume},
 		{"dead", "list, retry or skip dead messages (dead list|retry|skip)", runDead},
 		{"replay", "deliver done messages matching --filter again, marked Outbox-Replay (--dry-run, --rate)", runReplay},
 		{"purge", "delete done messages older than a duration, in batches", runPurge},
