@@ -137,6 +137,7 @@ type Metrics struct {
 	tableCollectors
 	dispatcherCollectors
 	destinations *destinations
+	pauses       *pauses
 
 	// Readiness state.
 	mu          sync.Mutex
@@ -211,7 +212,7 @@ func (m *Metrics) collectors() []prometheus.Collector {
 		m.publishes, m.publishDuration, m.deliveryLag,
 		m.claimBatch, m.claimDuration, m.claimErrors, m.claimsFailing, m.claimOutages,
 		m.finalizeDuration, m.finalizeErrors, m.fencedFinalizes,
-		m.heartbeats, m.heartbeatLost, m.hungPublishes, m.sinkPaused, m.sinkPauses, m.up, m.destinations,
+		m.heartbeats, m.heartbeatLost, m.hungPublishes, m.sinkPaused, m.sinkPauses, m.up, m.destinations, m.pauses,
 	}
 }
 
@@ -275,6 +276,7 @@ func (m *Metrics) newCollectors(tableName, sinkName, pipeline string) {
 	}
 	m.tableCollectors = newTableCollectors(table, gauge, counter)
 	m.destinations = newDestinations(table)
+	m.pauses = newPauses(table)
 	m.dispatcherCollectors = newDispatcherCollectors(table, sink, gauge, counter, histogram)
 }
 

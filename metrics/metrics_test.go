@@ -51,12 +51,14 @@ var contract = map[string]struct {
 	"outbox_sink_pauses_total":            {dto.MetricType_COUNTER, []string{"table", "sink"}},
 	"outbox_dispatcher_up":                {dto.MetricType_GAUGE, []string{"table"}},
 
-	"outbox_destination_in_flight":          {dto.MetricType_GAUGE, []string{"destination", "table"}},
-	"outbox_destination_waiting":            {dto.MetricType_GAUGE, []string{"destination", "table"}},
-	"outbox_destination_handed_back_total":  {dto.MetricType_COUNTER, []string{"destination", "table"}},
-	"outbox_destination_held_seconds_total": {dto.MetricType_COUNTER, []string{"destination", "table"}},
-	"outbox_destination_rate_limit":         {dto.MetricType_GAUGE, []string{"destination", "table"}},
-	"outbox_destination_concurrency_limit":  {dto.MetricType_GAUGE, []string{"destination", "table"}},
+	"outbox_destination_in_flight":            {dto.MetricType_GAUGE, []string{"destination", "table"}},
+	"outbox_destination_waiting":              {dto.MetricType_GAUGE, []string{"destination", "table"}},
+	"outbox_destination_handed_back_total":    {dto.MetricType_COUNTER, []string{"destination", "table"}},
+	"outbox_destination_held_seconds_total":   {dto.MetricType_COUNTER, []string{"destination", "table"}},
+	"outbox_destination_rate_limit":           {dto.MetricType_GAUGE, []string{"destination", "table"}},
+	"outbox_destination_concurrency_limit":    {dto.MetricType_GAUGE, []string{"destination", "table"}},
+	"outbox_destination_paused":               {dto.MetricType_GAUGE, []string{"destination", "table"}},
+	"outbox_destination_paused_since_seconds": {dto.MetricType_GAUGE, []string{"destination", "table"}},
 }
 
 // TestNames lints every registered metric against the contract: exactly its
@@ -73,6 +75,10 @@ func TestNames(t *testing.T) {
 				InFlight: 2, Waiting: 5, HandedBack: 40, HeldFor: 12 * time.Second, Live: 3},
 			{Destination: outbox.Destination{Name: "crm", Concurrency: 1}, ConcurrencyShare: 1, Live: 3},
 		}
+	})
+	since := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	m.WatchPauses(func() []outbox.Pause {
+		return []outbox.Pause{{Route: "", By: "alice", At: since}, {Route: "partner", By: "bob", At: since}}
 	})
 	fams := gather(t, reg)
 
@@ -133,6 +139,9 @@ func TestNames(t *testing.T) {
 		family(series, "outbox_destination_waiting"))
 	require.Equal(t, map[string]float64{`outbox_destination_held_seconds_total{destination="crm"}`: 0, `outbox_destination_held_seconds_total{destination="partner"}`: 12},
 		family(series, "outbox_destination_held_seconds_total"))
+	require.Equal(t, map[string]float64{`outbox_destination_paused{destination="*"}`: 1, `outbox_destination_paused{destination="partner"}`: 1},
+		family(series, "outbox_destination_paused"), "the whole table is *")
+	require.Equal(t, float64(since.Unix()), family(series, "outbox_destination_paused_since_seconds")[`outbox_destination_paused_since_seconds{destination="partner"}`])
 	require.Equal(t, map[string]float64{`outbox_destination_rate_limit{destination="partner"}`: 10},
 		family(series, "outbox_destination_rate_limit"), "no rate series for a destination without a rate")
 	require.Equal(t, map[string]float64{`outbox_destination_concurrency_limit{destination="crm"}`: 1, `outbox_destination_concurrency_limit{destination="partner"}`: 2},

@@ -312,6 +312,7 @@ func (s *runSetup) relay(ctx context.Context, e *env, pool *pgxpool.Pool, sink o
 	}
 	if m != nil {
 		m.WatchDestinations(d.Destinations)
+		m.WatchPauses(d.Paused)
 	}
 	if s.consoleAddr != "" {
 		stopConsole, err := s.startConsole(ctx, e, pool, logger)
