@@ -78,11 +78,17 @@ func (o *AccessOpts) DispatcherPrivileges() []string {
 	return []string{"SELECT", "INSERT", "UPDATE", "DELETE"}
 }
 
+// PausePrivileges returns the privileges a dispatcher needs on the pauses
+// table: it reads the pauses in force (pause and resume write it, as the
+// operator).
+func (o *AccessOpts) PausePrivileges() []string { return []string{"SELECT"} }
+
 // companions are the companion tables of t whose privileges o needs, in
-// the order Access reports them: the attempts table, then the
-// dispatchers table.
+// the order Access reports them: the attempts table, the dispatchers
+// table, then the pauses table.
 func (o *AccessOpts) companions(t store.Table) []store.Companion {
-	return []store.Companion{{Table: t.Attempts(), Privs: o.AttemptPrivileges()}, {Table: t.Dispatchers(), Privs: o.DispatcherPrivileges()}}
+	return []store.Companion{{Table: t.Attempts(), Privs: o.AttemptPrivileges()}, {Table: t.Dispatchers(), Privs: o.DispatcherPrivileges()},
+		{Table: t.Pauses(), Privs: o.PausePrivileges()}}
 }
 
 // Access is what [Admin.CheckAccess] found: the server, the table's
@@ -107,20 +113,22 @@ type Access struct {
 	// MissingTable, MissingWaiters, MissingAttempts and MissingDispatchers
 	// are the privileges the dispatcher needs and the role lacks, on the
 	// table, on its waiters table, on its attempts table and on its
-	// dispatchers table.
+	// dispatchers table; MissingPauses those on its pauses table.
 	MissingTable, MissingWaiters, MissingAttempts, MissingDispatchers []string
+	MissingPauses                                                     []string
 	// ListenErr is the error of a trial LISTEN (rolled back), nil when it
 	// worked or was not tried (NoNotify, or no table).
 	ListenErr error
 	// WaitersTable is the waiters table beside the table, named as the
 	// table was given (NAME_waiters, or SCHEMA.NAME_waiters).
 	WaitersTable string
-	// AttemptsTable and DispatchersTable are the attempts and dispatchers
-	// tables beside the table, named as WaitersTable is.
-	AttemptsTable, DispatchersTable string
-	// waiters, attempts and dispatchers are those tables' bare names, for
-	// Err.
-	waiters, attempts, dispatchers string
+	// AttemptsTable, DispatchersTable and PausesTable are the attempts,
+	// dispatchers and pauses tables beside the table, named as
+	// WaitersTable is.
+	AttemptsTable, DispatchersTable, PausesTable string
+	// waiters, attempts, dispatchers and pauses are those tables' bare
+	// names, for Err.
+	waiters, attempts, dispatchers, pauses string
 }
 
 // CheckAccess reads, from the catalogs, whether the table exists with every
@@ -169,10 +177,11 @@ func accessOf(sa *store.Access, name string) *Access {
 	t := store.Table{Schema: sa.Waiters.Schema, Name: name}
 	out := &Access{Role: sa.Role, ServerVersion: sa.ServerVersion, TableExists: sa.TableExists,
 		SchemaUsage: sa.SchemaUsage, MissingTable: sa.MissingTable, MissingWaiters: sa.MissingWaiters,
-		MissingAttempts: sa.MissingCompanions[0], MissingDispatchers: sa.MissingCompanions[1],
+		MissingAttempts: sa.MissingCompanions[0], MissingDispatchers: sa.MissingCompanions[1], MissingPauses: sa.MissingCompanions[2],
 		WaitersTable: sa.Waiters.String(), waiters: sa.Waiters.Name,
 		AttemptsTable: t.Attempts().String(), attempts: t.Attempts().Name,
-		DispatchersTable: t.Dispatchers().String(), dispatchers: t.Dispatchers().Name}
+		DispatchersTable: t.Dispatchers().String(), dispatchers: t.Dispatchers().Name,
+		PausesTable: t.Pauses().String(), pauses: t.Pauses().Name}
 	if sa.TableExists {
 		out.Schema, out.Name = sa.Schema, name
 	}
@@ -181,11 +190,11 @@ func accessOf(sa *store.Access, name string) *Access {
 
 // Err returns a [*PrivilegeError] listing every privilege the role lacks
 // (USAGE on the schema, then those on the table, its waiters table, its
-// attempts table and its dispatchers table), or nil when it lacks none or the table does not exist
+// attempts table, its dispatchers table and its pauses table), or nil when it lacks none or the table does not exist
 // (which is not a matter of privileges: see TableExists).
 func (a *Access) Err() error {
 	if !a.TableExists || (a.SchemaUsage && len(a.MissingTable) == 0 && len(a.MissingWaiters) == 0 &&
-		len(a.MissingAttempts) == 0 && len(a.MissingDispatchers) == 0) {
+		len(a.MissingAttempts) == 0 && len(a.MissingDispatchers) == 0 && len(a.MissingPauses) == 0) {
 		return nil
 	}
 	e := &PrivilegeError{Role: a.Role}
@@ -196,7 +205,8 @@ func (a *Access) Err() error {
 	for _, m := range []struct {
 		privs []string
 		name  string
-	}{{a.MissingTable, a.Name}, {a.MissingWaiters, a.waiters}, {a.MissingAttempts, a.attempts}, {a.MissingDispatchers, a.dispatchers}} {
+	}{{a.MissingTable, a.Name}, {a.MissingWaiters, a.waiters}, {a.MissingAttempts, a.attempts}, {a.MissingDispatchers, a.dispatchers},
+		{a.MissingPauses, a.pauses}} {
 		if len(m.privs) > 0 {
 			e.Missing = append(e.Missing, MissingPrivileges{Privileges: m.privs, ObjectType: "table",
 				Object: pgx.Identifier{a.Schema, m.name}.Sanitize()})

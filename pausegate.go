@@ -40,7 +40,9 @@ type pauseGate struct {
 	mu      sync.Mutex // one read at a time
 	readAt  time.Time
 	failing bool
-	set     atomic.Pointer[pauseSet]
+	// wakeFailing is whether the last wake failed (the fetcher's alone).
+	wakeFailing bool
+	set         atomic.Pointer[pauseSet]
 }
 
 // pauseSet is the pauses in force as last read.
@@ -191,11 +193,16 @@ func (f *fetcher) wakePaused(ctx context.Context) {
 	}
 	n, err := f.store.WakePaused(ctx, f.pool)
 	if err != nil {
-		if ctx.Err() == nil {
-			f.log.Warn("could not make the messages held back for a pause due; they are within 15 minutes", slog.Any("error", err))
+		// Tried again at the next turn of the loop (the claims back off
+		// while the database fails); the hold bounds the wait meanwhile.
+		f.pauses.wake.Store(true)
+		if ctx.Err() == nil && !f.pauses.wakeFailing {
+			f.log.Warn("could not make the messages held back for a pause due; trying again", slog.Any("error", err))
 		}
+		f.pauses.wakeFailing = true
 		return
 	}
+	f.pauses.wakeFailing = false
 	if n > 0 {
 		f.log.Info("messages held back for a pause made due", slog.Int64("count", n))
 	}

@@ -55,6 +55,7 @@ func TestDispatcherRefusesRoleWithoutPrivileges(t *testing.T) {
 	waiters := pgx.Identifier{b.schema, "outbox_waiters"}.Sanitize()
 	attempts := pgx.Identifier{b.schema, "outbox_attempts"}.Sanitize()
 	dispatchers := pgx.Identifier{b.schema, "outbox_dispatchers"}.Sanitize()
+	pauses := pgx.Identifier{b.schema, "outbox_pauses"}.Sanitize()
 	b.exec(t, "GRANT SELECT ON "+b.quoted+" TO "+role)
 	ids := b.enqueueN(t, 2, "a")
 	// The first delivery of the first message fails, so the relay records
@@ -92,8 +93,9 @@ func TestDispatcherRefusesRoleWithoutPrivileges(t *testing.T) {
 	pe := refused(newDispatcher(outbox.Config{}))
 	require.Equal(t, `outbox: role `+role+` lacks USAGE on schema `+schema+`; UPDATE on table `+b.quoted+
 		`; SELECT, INSERT, UPDATE, DELETE on table `+waiters+`; SELECT, INSERT, DELETE on table `+attempts+
-		`; SELECT, INSERT, UPDATE, DELETE on table `+dispatchers, pe.Error())
+		`; SELECT, INSERT, UPDATE, DELETE on table `+dispatchers+`; SELECT on table `+pauses, pe.Error())
 	b.exec(t, "GRANT SELECT, INSERT, UPDATE, DELETE ON "+dispatchers+" TO "+role)
+	b.exec(t, "GRANT SELECT ON "+pauses+" TO "+role)
 
 	// Polling only, it still clears its waiter row with every claim;
 	// recording no attempt history, it needs nothing on that table.
@@ -135,6 +137,7 @@ func TestCheckAccessRetentionAndColumnGrants(t *testing.T) {
 	b.exec(t, "GRANT SELECT, UPDATE (status, attempts) ON "+b.quoted+" TO "+role)
 	b.exec(t, "GRANT SELECT, DELETE ON "+pgx.Identifier{b.schema, "outbox_waiters"}.Sanitize()+" TO "+role)
 	b.exec(t, "GRANT SELECT, INSERT, UPDATE, DELETE ON "+pgx.Identifier{b.schema, "outbox_dispatchers"}.Sanitize()+" TO "+role)
+	b.exec(t, "GRANT SELECT ON "+pgx.Identifier{b.schema, "outbox_pauses"}.Sanitize()+" TO "+role)
 	admin, err := outbox.NewAdmin(pool, b.table)
 	require.NoError(t, err)
 	acc, err := admin.CheckAccess(t.Context(), &outbox.AccessOpts{NoNotify: true, Retention: true})

@@ -392,3 +392,58 @@ func (r *run) refuseEveryone() (refuse, restore func()) {
 	return func() { r.rec.updateFaults(func(sf *sinkFaults) { sf.authCode, sf.authSlot = 401, "" }) },
 		func() { r.rec.updateFaults(func(sf *sinkFaults) { sf.authCode, sf.authSlot = 0, "" }) }
 }
+
+// operatorPause pauses a group's limited route (or, one time in three and
+// for a group without one, its whole table) with `outboxd pause` for
+// f.dur, then resumes it with `outboxd resume`: the held messages must be
+// delivered once, in order where the group is ordered, with no attempt
+// spent. The resume is retried (PostgreSQL may be restarting) and runs
+// even as the phase ends: the calm phase must deliver the backlog.
+func (r *run) operatorPause(ctx context.Context, f planned) {
+	if !r.pauseBusy.CompareAndSwap(false, true) {
+		return
+	}
+	g := r.groups[f.slot%len(r.groups)]
+	table, dsn := g.table, r.directDSN("chaos-pause", "")
+	if g.bare {
+		table, dsn = g.name, r.directDSN("chaos-pause", r.schema)
+	}
+	args := []string{"--dsn", dsn, "--table", table}
+	what := "the whole table"
+	if g.cfg.limited && !f.allSlots {
+		args, what = append(args, "--route", "limited"), `route "limited"`
+	}
+	r.faultWG.Add(1)
+	go func() {
+		defer r.faultWG.Done()
+		defer r.pauseBusy.Store(false)
+		i := r.ev.add(event{Kind: faultOperatorPause, Start: time.Now(), Detail: g.name + ": " + what})
+		outboxd := func(cmd string) (string, error) {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			c := exec.CommandContext(cctx, r.env.bin, append([]string{cmd}, args...)...)
+			c.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir()}
+			c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			out, err := c.CombinedOutput()
+			return strings.TrimSpace(string(out)), err
+		}
+		paused, err := outboxd("pause")
+		detail := g.name + ": " + paused
+		if err == nil {
+			sleepCtx(ctx, f.dur)
+		}
+		for try := 0; ; try++ {
+			out, rerr := outboxd("resume")
+			if rerr == nil || strings.Contains(out, "is not paused") {
+				detail += "; " + out
+				break
+			}
+			if try == 60 {
+				r.t.Errorf("operator pause of %s: resume failed: %v: %s", g.name, rerr, out)
+				break
+			}
+			time.Sleep(time.Second)
+		}
+		r.ev.endWith(i, time.Now(), truncateStr(detail, 300))
+	}()
+}

@@ -41,6 +41,7 @@ const (
 	// across many batches before it commits: rows with low ids that
 	// become visible late (what snapshot cursors must never skip).
 	faultHeldProducer    = "held_producer"
+	faultOperatorPause   = "operator_pause"
 	faultFailpointArming = "failpoint" // not scheduled: armed on incarnations
 )
 
@@ -57,7 +58,7 @@ var weightedFaults = []weightedFault{
 	{faultSinkCut, 1}, {faultSinkBlackHole, 1},
 	{faultTerminate, 2}, {faultPGRestart, 1},
 	{faultSink5xx, 2}, {faultSink429, 2}, {faultSink425, 2}, {faultSinkHang, 2}, {faultSinkDrop, 2},
-	{faultIdleTx, 1}, {faultHeldProducer, 1},
+	{faultIdleTx, 1}, {faultHeldProducer, 1}, {faultOperatorPause, 1},
 }
 
 // planned is one fault drawn by the scheduler, with every parameter fixed
@@ -119,6 +120,9 @@ func planFrom(menu []weightedFault, rng *rand.Rand, phase time.Duration, nSlots 
 			p.dur = idleTx
 		case faultHeldProducer:
 			p.dur = time.Duration(2000+rng.IntN(4000)) * time.Millisecond
+		case faultOperatorPause:
+			p.dur = time.Duration(1000+rng.IntN(4000)) * time.Millisecond
+			p.allSlots = rng.IntN(3) == 0
 		case faultTerminate, faultMigrate:
 			p.allSlots = rng.IntN(2) == 0
 		case faultSinkBadText, faultSinkReject:
@@ -296,6 +300,8 @@ func (r *run) inject(ctx context.Context, f planned) {
 		}
 	case faultMigrate:
 		r.migrateAgain(ctx, f, s)
+	case faultOperatorPause:
+		r.operatorPause(ctx, f)
 	case faultHeldProducer:
 		if !r.heldBusy.CompareAndSwap(false, true) {
 			return

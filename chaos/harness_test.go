@@ -320,6 +320,7 @@ type run struct {
 	idleCancel  atomic.Pointer[context.CancelFunc]
 	authBusy    atomic.Bool
 	migrateBusy atomic.Bool
+	pauseBusy   atomic.Bool
 	migrations  atomic.Int64
 	probes      map[string]probeResult
 	authHeal    map[string]probeResult

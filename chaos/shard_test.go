@@ -229,6 +229,13 @@ CREATE TABLE ` + name("_chaos_park_audit") + ` (
 );
 CREATE FUNCTION ` + name("_chaos_park_audit_fn") + `() RETURNS trigger LANGUAGE plpgsql AS $chaos$
 BEGIN
+    -- A resume's wake (outboxd resume, or a dispatcher that saw it) makes
+    -- messages held back for a pause due: an operator's write, not the
+    -- relay's, as retry-now is; nothing of the message changes but when.
+    IF TG_OP = 'UPDATE' AND OLD.last_error = '` + pausedError + `' AND NEW.last_error IS NULL
+       AND NEW.status = OLD.status AND NEW.attempts = OLD.attempts THEN
+        RETURN NULL;
+    END IF;
     IF TG_OP = 'DELETE' THEN
         INSERT INTO ` + name("_chaos_park_audit") + ` (id, shard, status) VALUES (OLD.id, OLD.shard, 'done');
     ELSE
@@ -255,6 +262,10 @@ LEFT JOIN ` + name("_parked") + ` AS p ON p.id = o.id;`
 	g.status = name("_chaos_status")
 	return nil
 }
+
+// pausedError is the mark of a message held back for a paused
+// destination (store.PausedError), which a resume's wake clears.
+const pausedError = "held back: its destination is paused"
 
 // loadCursorAudit reads the cursor moves, and the parked writes as the
 // table's audit trail would record them had the rows been written: each

@@ -36,6 +36,7 @@ func testRunRefusesRoleWithoutPrivileges(t *testing.T, bin string) {
 	waiters := pgx.Identifier{c.schema, "outbox_waiters"}.Sanitize()
 	attempts := pgx.Identifier{c.schema, "outbox_attempts"}.Sanitize()
 	dispatchers := pgx.Identifier{c.schema, "outbox_dispatchers"}.Sanitize()
+	pauses := pgx.Identifier{c.schema, "outbox_pauses"}.Sanitize()
 	env := envWith(withUser(t, c.dsn, name, ""))
 	run := func(args ...string) result {
 		t.Helper()
@@ -47,12 +48,13 @@ func testRunRefusesRoleWithoutPrivileges(t *testing.T, bin string) {
 	r := run()
 	require.Equal(t, "outboxd: outbox: role "+role+" lacks USAGE on schema "+schema+"; UPDATE on table "+c.quoted()+
 		"; SELECT, INSERT, UPDATE, DELETE on table "+waiters+"; SELECT, INSERT, DELETE on table "+attempts+
-		"; SELECT, INSERT, UPDATE, DELETE on table "+dispatchers+
+		"; SELECT, INSERT, UPDATE, DELETE on table "+dispatchers+"; SELECT on table "+pauses+
 		" (as the table's owner: GRANT USAGE ON SCHEMA "+schema+
 		" TO "+role+"; GRANT UPDATE ON TABLE "+c.quoted()+" TO "+role+"; GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "+
 		waiters+" TO "+role+"; GRANT SELECT, INSERT, DELETE ON TABLE "+attempts+" TO "+role+
-		"; GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "+dispatchers+" TO "+role+";)\n", r.stderr)
+		"; GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "+dispatchers+" TO "+role+"; GRANT SELECT ON TABLE "+pauses+" TO "+role+";)\n", r.stderr)
 	c.exec(t, "GRANT SELECT, INSERT, UPDATE, DELETE ON "+dispatchers+" TO "+role)
+	c.exec(t, "GRANT SELECT ON "+pauses+" TO "+role)
 
 	// Recording no attempt history, it needs nothing on the attempts
 	// table but what retention deletes there.

@@ -69,6 +69,7 @@ func grantLine(table string, acc *outbox.Access, opts *outbox.AccessOpts) checkL
 		what += "; " + strings.Join(p, ", ") + " on " + acc.AttemptsTable
 	}
 	what += "; " + strings.Join(opts.DispatcherPrivileges(), ", ") + " on " + acc.DispatchersTable
+	what += "; " + strings.Join(opts.PausePrivileges(), ", ") + " on " + acc.PausesTable
 	var pe *outbox.PrivilegeError
 	if !errors.As(acc.Err(), &pe) {
 		return checkLine{"role " + acc.Role, sinkutil.Passed(what, "")}
