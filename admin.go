@@ -190,6 +190,10 @@ type Status struct {
 	// Pauses are the pauses in force ([Admin.Pause]), the whole table's
 	// first; empty when nothing is paused.
 	Pauses []Pause `json:"pauses"`
+	// Destinations are the destinations the live dispatchers limit or an
+	// operator paused, by name, with what the dispatchers reported of
+	// them (the backpressure: in flight, waiting for budget).
+	Destinations []DestinationStatus `json:"destinations"`
 }
 
 // LiveDispatcher is a running dispatcher as it last reported itself: each
@@ -208,6 +212,12 @@ type LiveDispatcher struct {
 	// minute before its last report.
 	InFlight    int   `json:"in_flight"`
 	Delivered1m int64 `json:"delivered_1m"`
+	// SinkPaused is whether its sink's breaker is open (the sink said it
+	// is unavailable: nothing is claimed but a probe); Destinations what
+	// it holds of each limited destination ([DestinationReport]). Both as
+	// of its last beat; empty from a dispatcher of an earlier version.
+	SinkPaused   bool                `json:"sink_paused"`
+	Destinations []DestinationReport `json:"destinations"`
 }
 
 // LiveDispatchers lists the live dispatchers of the table, idle or busy, by
@@ -220,7 +230,15 @@ func (a *Admin) LiveDispatchers(ctx context.Context) ([]LiveDispatcher, error) {
 	out := make([]LiveDispatcher, len(rows))
 	for i, r := range rows {
 		out[i] = LiveDispatcher{Owner: r.Owner, Host: r.Host, Version: r.Version, LeaseMode: r.LeaseMode,
-			StartedAt: r.StartedAt, LastSeen: r.LastSeen, InFlight: r.InFlight, Delivered1m: r.Delivered1m}
+			StartedAt: r.StartedAt, LastSeen: r.LastSeen, InFlight: r.InFlight, Delivered1m: r.Delivered1m,
+			Destinations: []DestinationReport{}}
+		var f flowReport
+		if r.Flow != nil && json.Unmarshal(r.Flow, &f) == nil {
+			out[i].SinkPaused = f.SinkPaused
+			if f.Destinations != nil {
+				out[i].Destinations = f.Destinations
+			}
+		}
 	}
 	return out, nil
 }
@@ -257,7 +275,7 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: status: %w", err)
 	}
-	out := &Status{Pauses: pausesOf(pauses), Counts: st.Counts, DoneEstimated: st.DoneEstimated, ExpiredLeases: st.ExpiredLeases, Attempts: map[string]int64{},
+	out := &Status{Pauses: pausesOf(pauses), Destinations: DestinationsOf(live, pausesOf(pauses)), Counts: st.Counts, DoneEstimated: st.DoneEstimated, ExpiredLeases: st.ExpiredLeases, Attempts: map[string]int64{},
 		Blocked: BlockedCount{Aggregates: blocked.Aggregates, Messages: blocked.Messages, List: blockedList(blocked.List)}, Dispatchers: live}
 	if st.OldestPendingAge >= 0 {
 		s := st.OldestPendingAge.Seconds()

@@ -75,6 +75,7 @@ func (b *beater) beat(ctx context.Context, first bool) {
 	done := b.d.stats.of(OutcomeDone)
 	beat := b.base
 	beat.First, beat.InFlight, beat.Delivered1m = first, b.leases.Len(), b.window.add(now, done)
+	beat.Flow = b.d.flowJSON()
 	quiet := beat.InFlight == 0 && beat.Delivered1m == 0
 	if quiet {
 		if !first && b.quiet && !b.failing && now.Sub(b.wrote) < (idleBeats-1)*b.base.Every {

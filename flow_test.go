@@ -2,8 +2,10 @@ package outbox_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -208,4 +210,59 @@ func TestFlowConcurrencyCap(t *testing.T) {
 	sink.mu.Unlock()
 	require.Equal(t, 2, most, "publishes in flight at once")
 	sink.requireOnceNoAttemptSpent(t, b, ids)
+}
+
+// Status shows each destination's backpressure as the dispatchers report
+// it with their beats (its limits, what waits for budget, what was handed
+// back, its pause) and each dispatcher's breaker: a limited route with a
+// backlog, a paused route without limits, then a sink that says it is
+// unavailable.
+func TestFlowStatus(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var down atomic.Bool
+	sink := outbox.SinkFunc(func(context.Context, *outbox.Message) error {
+		if down.Load() {
+			return outbox.Unavailable(errors.New("maintenance"))
+		}
+		return nil
+	})
+	router, err := route.New([]route.Route{
+		{EventTypes: []string{"Slow"}, Sink: sink, Limits: outbox.Destination{Name: "partner", Rate: 2, Burst: 1}},
+		{EventTypes: []string{"Crm"}, Sink: sink, Limits: outbox.Destination{Name: "crm"}},
+	}, sink)
+	require.NoError(t, err)
+	_, _, err = b.admin.Pause(t.Context(), "alice", "crm", "")
+	require.NoError(t, err)
+	b.enqueue(t, typed("Slow", 20)...)
+	// A lease of 3s: a beat every second.
+	d := b.dispatcher(t, router, &outbox.Config{Workers: 4, Flow: router, Lease: 3 * time.Second})
+	start(t, d)
+	var st *outbox.Status
+	eventually(t, func() bool {
+		st, err = b.admin.Status(t.Context())
+		require.NoError(t, err)
+		return len(st.Destinations) == 2 && st.Destinations[1].HandedBack > 0
+	}, "the dispatcher reported the backpressure")
+	crm, partner := st.Destinations[0], st.Destinations[1]
+	require.Equal(t, "crm", crm.Name)
+	require.NotNil(t, crm.Paused)
+	require.Equal(t, "alice", crm.Paused.By)
+	require.Zero(t, crm.Dispatchers, "no dispatcher limits it")
+	require.Equal(t, "partner", partner.Name)
+	require.InDelta(t, 2, partner.Rate, 1e-9)
+	require.Equal(t, 1, partner.Dispatchers)
+	require.Positive(t, partner.HeldSeconds)
+	require.Nil(t, partner.Paused)
+	require.Len(t, st.Dispatchers, 1)
+	require.False(t, st.Dispatchers[0].SinkPaused)
+	require.Equal(t, "partner", st.Dispatchers[0].Destinations[0].Name)
+
+	down.Store(true)
+	b.enqueue(t, typed("Other", 1)...)
+	eventually(t, func() bool {
+		st, err = b.admin.Status(t.Context())
+		require.NoError(t, err)
+		return len(st.Dispatchers) == 1 && st.Dispatchers[0].SinkPaused
+	}, "the open breaker reported")
 }

@@ -43,6 +43,10 @@ type Overview struct {
 	// Paused are the pauses in force (outbox.Admin.Pause), the whole
 	// table's (route "") first.
 	Paused []outbox.Pause `json:"paused"`
+	// Destinations are the destinations the dispatchers limit or an
+	// operator paused, with the backpressure the dispatchers reported
+	// (outbox.Status.Destinations).
+	Destinations []outbox.DestinationStatus `json:"destinations"`
 }
 
 // BreakdownView is one row of a breakdown: undelivered and dead counts of
@@ -73,6 +77,9 @@ type DispatcherView struct {
 	// LeaseUntil is its latest lease expiry; null when it holds none.
 	LeaseUntil *time.Time `json:"lease_until"`
 	Expired    int64      `json:"expired_leases"`
+	// SinkPaused is whether its sink's breaker is open (as of its last
+	// beat): the sink said it is unavailable, and only a probe is sent.
+	SinkPaused bool `json:"sink_paused"`
 	// Shards are the shards it holds under shard leases (absent under
 	// row leases).
 	Shards []int `json:"shards,omitempty"`
@@ -126,8 +133,12 @@ func (s *Server) overview(ctx context.Context, t *table) (Overview, outbox.Gauge
 	if o.Paused, err = t.admin.Pauses(ctx); err != nil {
 		return o, g, err
 	}
-	o.Dispatchers, err = dispatchers(ctx, t)
-	return o, g, err
+	var live []outbox.LiveDispatcher
+	if o.Dispatchers, live, err = dispatchers(ctx, t); err != nil {
+		return o, g, err
+	}
+	o.Destinations = outbox.DestinationsOf(live, o.Paused)
+	return o, g, nil
 }
 
 func (s *Server) apiOverview(w http.ResponseWriter, r *http.Request, _ principal) {
@@ -164,10 +175,11 @@ func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request, t *table, 
 		Dispatchers     []DispatcherView
 		Blocked         *outbox.Blocked
 		Paused          []outbox.Pause
+		Destinations    []outbox.DestinationStatus
 	}{base, g, o.DoneEstimatedAt, o.BreakdownsAt, []breakdownTable{
 		{"event type", "event_type", o.ByEventType},
 		{"aggregate type", "aggregate_type", o.ByAggregateType},
-	}, o.Dispatchers, o.Blocked, o.Paused})
+	}, o.Dispatchers, o.Blocked, o.Paused, o.Destinations})
 }
 
 // apiStatus answers exactly what `outboxd status --json` prints.

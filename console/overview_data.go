@@ -30,19 +30,19 @@ func breakdowns(ctx context.Context, t *table) (byEvent, byAggregate []Breakdown
 
 // dispatchers are the live dispatchers, idle or busy, and the lease
 // holders that do not report themselves (stopped, or unable to), by owner.
-func dispatchers(ctx context.Context, t *table) ([]DispatcherView, error) {
+func dispatchers(ctx context.Context, t *table) ([]DispatcherView, []outbox.LiveDispatcher, error) {
 	live, err := t.admin.LiveDispatchers(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	holders, err := t.admin.Dispatchers(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	byOwner := make(map[string]*DispatcherView, len(live)+len(holders))
 	for _, d := range live {
 		byOwner[d.Owner] = &DispatcherView{Owner: d.Owner, Live: true, Host: d.Host, Version: d.Version, LeaseMode: d.LeaseMode,
-			LastSeen: &d.LastSeen, Delivered1m: d.Delivered1m, InFlight: int64(d.InFlight)}
+			LastSeen: &d.LastSeen, Delivered1m: d.Delivered1m, InFlight: int64(d.InFlight), SinkPaused: d.SinkPaused}
 	}
 	for _, h := range holders {
 		v := byOwner[h.Owner]
@@ -57,5 +57,5 @@ func dispatchers(ctx context.Context, t *table) ([]DispatcherView, error) {
 		out = append(out, *v)
 	}
 	slices.SortFunc(out, func(a, b DispatcherView) int { return strings.Compare(a.Owner, b.Owner) })
-	return out, nil
+	return out, live, nil
 }

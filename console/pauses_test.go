@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outbox/console"
@@ -113,4 +114,41 @@ func sortedKeys(m map[string]any) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// The overview lists the destinations the dispatchers limit, with the
+// backpressure they reported, and the paused ones; a dispatcher whose
+// sink's breaker is open is marked.
+func TestOverviewDestinations(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Config{Credentials: console.Credentials{Token: testToken}})
+	_, _, err := b.admin.Pause(t.Context(), "alice", "crm", "")
+	require.NoError(t, err)
+	dispatchersTable := pgx.Identifier{strings.TrimSuffix(b.table, ".outbox"), "outbox_dispatchers"}.Sanitize()
+	b.exec(t, `INSERT INTO `+dispatchersTable+` (owner, host, version, lease_mode, beat_us, in_flight, delivered_1m, flow)
+		VALUES ('relay-a', 'web-1', 'v1', 'row', 10000000, 3, 40, '{"sink_paused": true, "destinations": [{"name": "partner",
+		"rate": 50, "burst": 10, "concurrency": 4, "rate_share": 50, "concurrency_share": 4, "in_flight": 3, "waiting": 12,
+		"handed_back": 40, "held_seconds": 20}]}')`)
+	c := b.client(t, bearer(testToken))
+	r := c.get("/api/v1/tables/" + b.table + "/overview")
+	require.Equal(t, 200, r.code, r.body)
+	var o console.Overview
+	require.NoError(t, json.Unmarshal([]byte(r.body), &o))
+	require.Len(t, o.Destinations, 2)
+	require.Equal(t, "crm", o.Destinations[0].Name)
+	require.NotNil(t, o.Destinations[0].Paused)
+	p := o.Destinations[1]
+	require.Equal(t, "partner", p.Name)
+	require.Equal(t, int64(12), p.Waiting)
+	require.Equal(t, int64(40), p.HandedBack)
+	require.True(t, o.Dispatchers[0].SinkPaused)
+
+	pc := b.client(t, nil)
+	pc.login(map[string][]string{"token": {testToken}})
+	page := pc.get("/t/" + b.table + "/")
+	require.Equal(t, 200, page.code, page.body)
+	require.Contains(t, page.body, `<tr data-destination="partner">`)
+	require.Contains(t, page.body, "50/s, burst 10; 4 at once")
+	require.Contains(t, page.body, "500ms", "the mean wait")
+	require.Contains(t, page.body, ">sink paused</span>")
 }

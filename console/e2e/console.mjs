@@ -186,6 +186,7 @@ try {
   await paused.waitFor();
   const row = await paused.textContent();
   check(row.includes('partner maintenance') && row.includes('token'), `the pause is listed with its reason and author: ${row}`);
+  check((await page.locator('#destinations tr[data-destination="partner"]').textContent()).includes('paused'), 'the destinations list it as paused');
   await shot(page, 'overview-paused');
   await Promise.all([page.waitForEvent('load'), paused.locator('button.resume').click()]);
   await page.waitForSelector('#no-pauses');

@@ -396,6 +396,13 @@ func printStatus(out io.Writer, table string, st *outbox.Status) error {
 		}
 		fmt.Fprintf(w, "%s\t%s %s\n", label, what, pauseLine(p))
 	}
+	for i, d := range st.Destinations {
+		label := ""
+		if i == 0 {
+			label = "destinations"
+		}
+		fmt.Fprintf(w, "%s\t%s\n", label, destinationLine(d))
+	}
 	if len(st.Dispatchers) == 0 {
 		fmt.Fprintf(w, "dispatchers\tnone running (none reported within three beats)\n")
 	}
@@ -404,8 +411,12 @@ func printStatus(out io.Writer, table string, st *outbox.Status) error {
 		if i == 0 {
 			label = fmt.Sprintf("dispatchers (%d)", len(st.Dispatchers))
 		}
-		fmt.Fprintf(w, "%s\t%s on %s, %s, %s leases, %d in flight, %d delivered in the last minute, seen %s\n", label,
-			d.Owner, d.Host, d.Version, d.LeaseMode, d.InFlight, d.Delivered1m, isoTime(d.LastSeen))
+		sink := ""
+		if d.SinkPaused {
+			sink = ", sink paused (unavailable: probing)"
+		}
+		fmt.Fprintf(w, "%s\t%s on %s, %s, %s leases, %d in flight, %d delivered in the last minute%s, seen %s\n", label,
+			d.Owner, d.Host, d.Version, d.LeaseMode, d.InFlight, d.Delivered1m, sink, isoTime(d.LastSeen))
 	}
 	if b := st.Blocked; b.Messages > 0 {
 		fmt.Fprintf(w, "behind a dead head\t%d %s of %d %s (delivered in order, they wait for dead retry or skip)\n",
@@ -854,3 +865,30 @@ func oneLine(s string, n int) string {
 }
 
 func writeJSON(w io.Writer, v any) error { return jsonout.Write(w, v) }
+
+// destinationLine is one destination of status: its limits, what the
+// dispatchers hold of it, its pause.
+func destinationLine(d outbox.DestinationStatus) string {
+	var limits []string
+	if d.Rate > 0 {
+		limits = append(limits, fmt.Sprintf("rate %s/s, burst %d", strconv.FormatFloat(d.Rate, 'g', 6, 64), max(d.Burst, 1)))
+	}
+	if d.Concurrency > 0 {
+		limits = append(limits, fmt.Sprintf("concurrency %d", d.Concurrency))
+	}
+	line := d.Name
+	if len(limits) > 0 {
+		line += " (" + strings.Join(limits, ", ") + ")"
+	}
+	if d.Dispatchers > 0 {
+		line += fmt.Sprintf(": %d in flight, %d waiting for budget, %d handed back", d.InFlight, d.Waiting, d.HandedBack)
+		if d.HandedBack > 0 {
+			line += fmt.Sprintf(" (mean wait %s)", d.MeanWait().Round(time.Millisecond))
+		}
+		line += fmt.Sprintf(", over %d %s", d.Dispatchers, plural(int64(d.Dispatchers), "dispatcher", "dispatchers"))
+	}
+	if p := d.Paused; p != nil {
+		line += "; paused " + pauseLine(*p)
+	}
+	return line
+}

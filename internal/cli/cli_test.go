@@ -755,7 +755,7 @@ func testStatus(t *testing.T, bin string) {
 		r := c.ok(t, "status", "--json", "--table", c.table)
 		var top map[string]json.RawMessage
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &top), "%s", r)
-		require.Equal(t, []string{"attempts", "blocked", "counts", "dispatchers", "done_estimated", "expired_leases", "oldest_pending_age_seconds", "pauses"}, keys(top))
+		require.Equal(t, []string{"attempts", "blocked", "counts", "destinations", "dispatchers", "done_estimated", "expired_leases", "oldest_pending_age_seconds", "pauses"}, keys(top))
 		var counts, attempts map[string]int64
 		require.NoError(t, json.Unmarshal(top["counts"], &counts))
 		require.Equal(t, []string{"dead", "done", "pending", "processing"}, keys(counts))

@@ -37,6 +37,7 @@ func TestPauseCommands(t *testing.T) {
 
 	r = c.ok(t, "status", "--table", c.table)
 	require.Regexp(t, `(?m)^paused\s+route "partner" by cli:\S+ since \S+ \(partner maintenance\)$`, r.stdout)
+	require.Regexp(t, `(?m)^destinations\s+partner; paused by cli:\S+ since \S+ \(partner maintenance\)$`, r.stdout)
 	r = c.ok(t, "status", "--table", c.table, "--json")
 	var st struct {
 		Pauses []map[string]any `json:"pauses"`

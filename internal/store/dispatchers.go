@@ -16,6 +16,8 @@ type Beat struct {
 	InFlight                        int
 	Delivered1m                     int64
 	First                           bool // the run's first beat
+	// Flow is the dispatcher's flow report, JSON; nil writes NULL.
+	Flow []byte
 }
 
 // Dispatcher is a live dispatcher as its last beat reported it.
@@ -24,12 +26,14 @@ type Dispatcher struct {
 	StartedAt, LastSeen             time.Time
 	InFlight                        int
 	Delivered1m                     int64
+	// Flow is its last flow report, JSON; nil when it wrote none.
+	Flow []byte
 }
 
 // Beat records b.
 func (s *Store) Beat(ctx context.Context, db DB, b Beat) error {
 	_, err := db.Exec(ctx, s.beat, ownerText(b.Owner), storable(b.Host, maxOwnerText), storable(b.Version, maxOwnerText),
-		b.LeaseMode, b.Every.Microseconds(), b.InFlight, b.Delivered1m, b.First)
+		b.LeaseMode, b.Every.Microseconds(), b.InFlight, b.Delivered1m, b.First, flowText(b.Flow))
 	return translate(err)
 }
 
@@ -48,7 +52,11 @@ func (s *Store) Dispatchers(ctx context.Context, db DB) ([]Dispatcher, error) {
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Dispatcher, error) {
 		var d Dispatcher
-		err := row.Scan(&d.Owner, &d.Host, &d.Version, &d.LeaseMode, &d.StartedAt, &d.LastSeen, &d.InFlight, &d.Delivered1m)
+		var flow *string
+		err := row.Scan(&d.Owner, &d.Host, &d.Version, &d.LeaseMode, &d.StartedAt, &d.LastSeen, &d.InFlight, &d.Delivered1m, &flow)
+		if flow != nil {
+			d.Flow = []byte(*flow)
+		}
 		return d, err
 	})
 	var pgErr *pgconn.PgError
@@ -56,4 +64,13 @@ func (s *Store) Dispatchers(ctx context.Context, db DB) ([]Dispatcher, error) {
 		return nil, nil
 	}
 	return out, translate(err)
+}
+
+// flowText is a flow report as the beat's parameter: NULL for none.
+func flowText(flow []byte) *string {
+	if flow == nil {
+		return nil
+	}
+	s := string(flow)
+	return &s
 }

@@ -73,7 +73,7 @@ func TestMigrateDryRun(t *testing.T) {
 			"001_create: wake function", "001_create: wake trigger", "002_headers: headers column",
 			"003_console: dead index", "003_console: audit table", "004_retention: done index",
 			"006_uid: uid column", "008_nonempty: non-empty names", "009_attempts: attempts table",
-			"010_dispatchers: dispatchers table", "011_pauses: pauses table"}, res.Steps)
+			"010_dispatchers: dispatchers table", "011_pauses: pauses table", "011_pauses: dispatchers flow column"}, res.Steps)
 		require.True(t, strings.HasPrefix(res.SQL, "BEGIN;\nSET LOCAL lock_timeout = '2000ms';\n"), res.SQL)
 		require.Contains(t, res.SQL, `CREATE SCHEMA IF NOT EXISTS "`+schema+`";`)
 		require.Contains(t, res.SQL, `CREATE TABLE IF NOT EXISTS "`+schema+`"."outbox" (`)
