@@ -249,6 +249,13 @@ func (d *Dispatcher) run(ctx context.Context, drain bool) error {
 // holds: queued claims are released, in-flight publishes end, every verdict
 // is written.
 func (d *Dispatcher) relay(ctx context.Context, drain bool, mode lease.Mode, leases *lease.Registry) {
+	if d.flow != nil {
+		d.flow.shards = nil
+		if s, ok := mode.(interface{ Shares() (held, total int) }); ok {
+			d.flow.shards = s.Shares
+		}
+		d.flow.starting()
+	}
 	size := d.cfg.window()
 	capacity := newSlots(size)
 	claims := make(chan *claimed, size)

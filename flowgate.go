@@ -50,11 +50,17 @@ type flowControl struct {
 	// nanoseconds), looked at without the lock by every admission.
 	refreshMu sync.Mutex
 	read      atomic.Int64
+	// settled is until when (Unix nanoseconds) a run just started admits
+	// nothing limited (see flowSettle); 0 once past.
+	settled atomic.Int64
+
+	// shards, when set (shard leases, snapshot cursors), reports how
+	// many shards this dispatcher holds of the table's.
+	shards func() (held, total int)
 
 	mu    sync.Mutex
 	gates map[string]*gate
-	rank  int // this dispatcher's place among the live ones, from 0
-	live  int // how many are live, this one included
+	share share // this dispatcher's place among the live ones
 }
 
 // gate is one destination's budget in this dispatcher.
@@ -76,6 +82,8 @@ type gate struct {
 	// avg is the running average publish duration, for the
 	// concurrency's schedule.
 	avg time.Duration
+	// sleepers are the workers sleeping for one of its tokens.
+	sleepers int
 	// handedBack counts the messages handed back, heldFor the delays
 	// they were given.
 	handedBack int64
@@ -98,18 +106,53 @@ const (
 	// flowRefreshEvery is how old the list of live dispatchers may be
 	// when a limited message is admitted.
 	flowRefreshEvery = time.Second
+	// flowWaitMax is the longest wait for a token a worker may sleep as
+	// one of the destination's flowSleepers.
+	flowWaitMax  = time.Second
+	flowSleepers = 2
+	// flowSettle is how long after its start a dispatcher admits no
+	// limited message: dispatchers started together (a deploy, a restart
+	// with a backlog) each report themselves at their start, and each
+	// must see the others before it takes its share, not the whole limit.
+	flowSettle = 250 * time.Millisecond
 )
 
 func newFlowControl(dests Destinations, owner string, publishTimeout time.Duration, pooled bool, now func() time.Time, list func(context.Context) ([]string, error)) *flowControl {
-	return &flowControl{dests: dests, owner: owner, hungAfter: 2 * publishTimeout, pooled: pooled, now: now, list: list, gates: map[string]*gate{}, live: 1}
+	return &flowControl{dests: dests, owner: owner, hungAfter: 2 * publishTimeout, pooled: pooled, now: now, list: list, gates: map[string]*gate{}, share: share{live: 1}}
 }
 
 // pace is how many shares the queue of hand-backs is paced at.
 func (f *flowControl) pace() time.Duration {
 	if f.pooled {
-		return time.Duration(f.live)
+		return time.Duration(f.share.live)
 	}
 	return 1
+}
+
+// starting is called as a run starts: its first limited admissions wait
+// for flowSettle, then read the live dispatchers.
+func (f *flowControl) starting() {
+	f.settled.Store(f.now().Add(flowSettle).UnixNano())
+	f.read.Store(0)
+}
+
+// settle sleeps out the start of a run (see flowSettle).
+func (f *flowControl) settle(ctx context.Context) {
+	until := f.settled.Load()
+	if until == 0 {
+		return
+	}
+	left := time.Duration(until - f.now().UnixNano())
+	if left <= 0 {
+		f.settled.CompareAndSwap(until, 0)
+		return
+	}
+	t := time.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // refresh reads the live dispatchers when the last read is older than
@@ -131,14 +174,24 @@ func (f *flowControl) refresh(ctx context.Context) {
 	}
 }
 
-// admit asks to publish msg now. With no hold, the publish may start, and
-// done(took) must be called when it ended; otherwise msg is to be handed
-// back for hold, and why says which limit held it.
+// admit is admitWithin sleeping no wait longer than flowSleepMax.
 func (f *flowControl) admit(ctx context.Context, msg *Message) (done func(time.Duration), hold time.Duration, why string) {
+	return f.admitWithin(ctx, msg, flowSleepMax)
+}
+
+// admitWithin asks to publish msg now. With no hold, the publish may
+// start, and done(took) must be called when it ended; otherwise msg is to
+// be handed back for hold, and why says which limit held it. A wait for
+// the rate's next token up to maxSleep (the lease the message can spare)
+// is slept by up to flowSleepers workers per destination at a time: each
+// token is then used when it comes, not when a message handed back comes
+// round again, while the other workers go on with other destinations.
+func (f *flowControl) admitWithin(ctx context.Context, msg *Message, maxSleep time.Duration) (done func(time.Duration), hold time.Duration, why string) {
 	dest := f.dests.Destination(msg)
 	if !dest.Limited() {
 		return func(time.Duration) {}, 0, ""
 	}
+	f.settle(ctx)
 	f.refresh(ctx)
 	f.mu.Lock()
 	now := f.now()
@@ -150,16 +203,21 @@ func (f *flowControl) admit(ctx context.Context, msg *Message) (done func(time.D
 		return nil, hold, fmt.Sprintf("held back: destination %q has its %d publishes in flight", dest.Name, dest.Concurrency)
 	}
 	var wait time.Duration
+	sleeper := false
 	if g.lim != nil {
 		r := g.lim.ReserveN(now, 1)
 		wait = r.DelayFrom(now)
-		if wait > flowSleepMax {
+		sleeper = wait > flowSleepMax && wait <= min(maxSleep, flowWaitMax) && g.sleepers < flowSleepers
+		if wait > flowSleepMax && !sleeper {
 			r.CancelAt(now)
 			hold = g.schedule(now, wait, time.Duration(float64(time.Second)/float64(g.lim.Limit()))/f.pace())
 			g.count(hold)
 			f.mu.Unlock()
 			return nil, hold, fmt.Sprintf("held back: destination %q is at its rate of %g a second", dest.Name, dest.Rate)
 		}
+	}
+	if sleeper {
+		g.sleepers++
 	}
 	g.seq++
 	id := g.seq
@@ -175,6 +233,11 @@ func (f *flowControl) admit(ctx context.Context, msg *Message) (done func(time.D
 		case <-ctx.Done():
 			t.Stop()
 		}
+	}
+	if sleeper {
+		f.mu.Lock()
+		g.sleepers--
+		f.mu.Unlock()
 	}
 	return func(took time.Duration) {
 		f.mu.Lock()
@@ -214,21 +277,43 @@ func (f *flowControl) gateLocked(dest Destination) *gate {
 	}
 	if g.dest != dest {
 		g.dest = dest
-		g.apply(f.rank, f.live)
+		g.apply(f.share)
 	}
 	return g
 }
 
-// apply sets the gate's share for a dispatcher of this rank among live.
-// Every dispatcher keeps a publish at a time at least, even past the
+// share is a dispatcher's place among the table's: its rank among the
+// live dispatchers and their number, and, under shard leases and cursors,
+// the shards it holds of the table's.
+type share struct {
+	rank, live  int
+	held, total int
+}
+
+// byShards reports whether the share is the dispatcher's shards': the
+// messages it may send are its shards', so its share of a limit is theirs
+// (a dispatcher holding every shard while the others start has the whole
+// limit, not a third of it).
+func (s share) byShards() bool { return s.held > 0 && s.total > 0 }
+
+// apply sets the gate's share of its destination's limits. Every
+// dispatcher keeps a publish at a time at least, even past the
 // concurrency (more dispatchers than it allows): under shard leases the
 // messages of a dispatcher's shards are its alone to send, and a
 // dispatcher without a share would hold them for ever.
-func (g *gate) apply(rank, live int) {
+func (g *gate) apply(s share) {
+	frac := 1 / float64(s.live)
+	if s.byShards() {
+		frac = float64(s.held) / float64(s.total)
+	}
 	if c := g.dest.Concurrency; c > 0 {
-		g.capShare = c / live
-		if rank < c%live {
-			g.capShare++
+		if s.byShards() {
+			g.capShare = c * s.held / s.total
+		} else {
+			g.capShare = c / s.live
+			if s.rank < c%s.live {
+				g.capShare++
+			}
 		}
 		g.capShare = max(g.capShare, 1)
 	}
@@ -236,8 +321,8 @@ func (g *gate) apply(rank, live int) {
 		g.lim = nil
 		return
 	}
-	r := rate.Limit(g.dest.Rate / float64(live))
-	b := max(max(g.dest.Burst, 1)/live, 1)
+	r := rate.Limit(g.dest.Rate * frac)
+	b := max(int(float64(max(g.dest.Burst, 1))*frac), 1)
 	if g.lim == nil {
 		g.lim = rate.NewLimiter(r, b)
 	} else {
@@ -267,20 +352,24 @@ func (g *gate) schedule(now time.Time, wait, interval time.Duration) time.Durati
 }
 
 // setLive applies the dispatchers seen live (owners, in any order; this
-// one counted whether listed or not) to every gate.
+// one counted whether listed or not), and the shards this one holds, to
+// every gate.
 func (f *flowControl) setLive(owners []string) {
 	others := slices.DeleteFunc(slices.Clone(owners), func(o string) bool { return o == f.owner })
 	all := append(others, f.owner)
 	slices.Sort(all)
+	next := share{rank: slices.Index(all, f.owner), live: len(all)}
+	if f.shards != nil {
+		next.held, next.total = f.shards()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	rank, live := slices.Index(all, f.owner), len(all)
-	if rank == f.rank && live == f.live {
+	if next == f.share {
 		return
 	}
-	f.rank, f.live = rank, live
+	f.share = next
 	for _, g := range f.gates {
-		g.apply(rank, live)
+		g.apply(next)
 	}
 }
 
@@ -289,7 +378,7 @@ func (f *flowControl) setLive(owners []string) {
 func (f *flowControl) shares() (rank, live int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.rank, f.live
+	return f.share.rank, f.share.live
 }
 
 // liveOwners lists the owners of the table's live dispatchers.
@@ -349,7 +438,7 @@ func (f *flowControl) states() []DestinationState {
 	for _, g := range f.gates {
 		s := DestinationState{
 			Destination: g.dest, ConcurrencyShare: g.capShare, InFlight: g.inFlightAt(now, f.hungAfter),
-			HandedBack: g.handedBack, HeldFor: g.heldFor, Live: f.live,
+			HandedBack: g.handedBack, HeldFor: g.heldFor, Live: f.share.live,
 		}
 		for _, at := range g.held {
 			if at.After(now) {

@@ -107,7 +107,13 @@ func (w *worker) process(ctx context.Context, c *claimed) verdict {
 	}
 	var admitted func(time.Duration)
 	if w.flow != nil {
-		done, hold, why := w.flow.admit(ctx, &c.msg)
+		// A wait for a token may take what the lease can spare beyond a
+		// useful publish.
+		spare := remaining - w.cfg.startWindow
+		if w.cfg.renewEvery == 0 {
+			spare = remaining - max(timeout, w.cfg.startWindow)
+		}
+		done, hold, why := w.flow.admitWithin(ctx, &c.msg, max(spare, 0))
 		if done == nil {
 			return holdBack(c, hold, why)
 		}

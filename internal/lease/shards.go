@@ -569,3 +569,11 @@ func (s *shardLeases) Close(ctx context.Context) error {
 	}
 	return s.store.LeaveShards(ctx, s.pool, s.cfg.Owner)
 }
+
+// Shares reports how many shards the dispatcher holds of the table's:
+// its share of what the table sends (flow control's share of a limit).
+func (s *shardLeases) Shares() (held, total int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.members.held), s.count
+}
