@@ -31,7 +31,9 @@ func TestAdminStatus(t *testing.T) {
 			"expired_leases": 0,
 			"attempts": {},
 			"blocked": {"aggregates": 0, "messages": 0},
-			"dispatchers": []
+			"dispatchers": [],
+			"pauses": [],
+			"destinations": []
 		}`, string(got))
 	})
 
@@ -69,7 +71,7 @@ func TestAdminStatus(t *testing.T) {
 		require.NoError(t, err)
 		var got map[string]json.RawMessage
 		require.NoError(t, json.Unmarshal(raw, &got))
-		require.Len(t, got, 7, string(raw))
+		require.Len(t, got, 9, string(raw))
 		require.JSONEq(t, `[]`, string(got["dispatchers"]))
 		// The dead message is not its aggregate's oldest unfinished one:
 		// nothing waits behind a dead head.

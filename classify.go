@@ -48,7 +48,7 @@ func (d *Dispatcher) classify(c *claimed, err error) verdict {
 		// A condition of the connection, not of the message: no attempt spent.
 		r.outcome = OutcomeDefer
 		r.write.Status, r.write.Refund, r.write.Error = store.StatusPending, true, msg
-		r.write.Delay = d.breaker.retryIn()
+		r.write.Delay = d.unavailableRetryIn(m)
 		return r
 	case errors.As(err, &permErr), errors.As(err, &panicErr):
 		return d.dead(r, msg)

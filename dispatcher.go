@@ -101,8 +101,9 @@ func NewDispatcher(pool *pgxpool.Pool, sink Sink, cfg *Config) (*Dispatcher, err
 	}
 	d.pauses = newPauseGate(c.Flow, func(ctx context.Context) ([]store.Pause, error) { return d.store.Pauses(ctx, d.pool) },
 		c.PollInterval, d.log)
-	if c.Flow != nil && limited(c.Flow) {
+	if c.Flow != nil && (limited(c.Flow) || splitBreaker(c.Flow)) {
 		d.flow = newFlowControl(c.Flow, store.OwnerText(c.Owner), c.PublishTimeout, c.LeaseMode == LeaseRows, time.Now, d.liveOwners)
+		d.flow.split = splitBreaker(c.Flow)
 	}
 	d.listener = c.Listener
 	if d.listener == nil {
@@ -270,7 +271,7 @@ func (d *Dispatcher) relay(ctx context.Context, drain bool, mode lease.Mode, lea
 	var workers sync.WaitGroup
 	w := &worker{
 		cfg: d.cfg.publishConfig(mode.RenewEvery()), breaker: &d.breaker, sizer: d.sizer, leases: leases,
-		chains: chained, publish: d.publish, observe: d.observeSink, classify: d.classify, flow: d.flow,
+		chains: chained, publish: d.publish, observe: d.observeMessage, classify: d.classify, flow: d.flow,
 		pauses: d.pauses,
 	}
 	for range d.cfg.Workers {

@@ -258,11 +258,79 @@ func TestFlowStatus(t *testing.T) {
 	require.False(t, st.Dispatchers[0].SinkPaused)
 	require.Equal(t, "partner", st.Dispatchers[0].Destinations[0].Name)
 
+	// With routes, a sink that says it is unavailable holds back its own
+	// destination's messages: the dispatcher's breaker stays closed.
 	down.Store(true)
 	b.enqueue(t, typed("Other", 1)...)
 	eventually(t, func() bool {
 		st, err = b.admin.Status(t.Context())
 		require.NoError(t, err)
+		return len(st.Destinations) == 3 && st.Destinations[1].Name == "default" && st.Destinations[1].Unavailable
+	}, "the unavailable destination reported")
+	require.False(t, st.Dispatchers[0].SinkPaused)
+
+	// With one destination, the dispatcher's breaker pauses its claims.
+	one := setup(t)
+	one.enqueue(t, typed("Other", 1)...)
+	d1 := one.dispatcher(t, sink, &outbox.Config{Lease: 3 * time.Second})
+	start(t, d1)
+	eventually(t, func() bool {
+		st, err = one.admin.Status(t.Context())
+		require.NoError(t, err)
 		return len(st.Dispatchers) == 1 && st.Dispatchers[0].SinkPaused
 	}, "the open breaker reported")
+}
+
+// A route whose sink says it is unavailable holds back its own messages,
+// with no attempt spent, while the other route's are all delivered; the
+// dispatcher keeps claiming (its own breaker stays closed) and reports
+// the destination unavailable; once the sink answers again, a probe gets
+// through and the held messages follow, each once. In every lease mode.
+func TestFlowDestinationUnavailable(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []outbox.LeaseMode{outbox.LeaseRows, outbox.LeaseShards, outbox.LeaseCursor} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			switch mode {
+			case outbox.LeaseShards:
+				b = shardBundle(t, 4)
+			case outbox.LeaseCursor:
+				b = cursorBundle(t, 4)
+			}
+			var down atomic.Bool
+			down.Store(true)
+			ok := newFlowSink(0)
+			partner := outbox.SinkFunc(func(ctx context.Context, m *outbox.Message) error {
+				if down.Load() {
+					return outbox.Unavailable(errors.New("partner: 503 maintenance"))
+				}
+				return ok.Publish(ctx, m)
+			})
+			router, err := route.New([]route.Route{{EventTypes: []string{"Partner"}, Sink: partner, Limits: outbox.Destination{Name: "partner"}}}, ok)
+			require.NoError(t, err)
+			held := b.enqueue(t, typed("Partner", 10)...)
+			others := b.enqueue(t, typed("Other", 60)...)
+			d := b.dispatcher(t, router, &outbox.Config{LeaseMode: mode, Workers: 4, Flow: router})
+			start(t, d)
+			waitUntil(t, func() bool { return ok.count("Other") == len(others) }, func() string {
+				return fmt.Sprintf("the other route delivered %d of %d; %+v", ok.count("Other"), len(others), d.Stats())
+			})
+			states := d.Destinations()
+			require.Len(t, states, 1)
+			require.Equal(t, "partner", states[0].Name)
+			require.True(t, states[0].Unavailable)
+			require.Zero(t, ok.count("Partner"))
+			if !b.cursors {
+				require.Zero(t, b.maxAttempts(t, held), "no attempt spent on an unavailable destination")
+			}
+
+			down.Store(false)
+			waitUntil(t, func() bool { return ok.count("Partner") == len(held) }, func() string {
+				return fmt.Sprintf("the healed route delivered %d of %d; %+v", ok.count("Partner"), len(held), d.Stats())
+			})
+			ok.requireOnceNoAttemptSpent(t, b, append(held, others...))
+			eventually(t, func() bool { return !d.Destinations()[0].Unavailable }, "the destination's breaker closed")
+		})
+	}
 }

@@ -57,6 +57,10 @@ type flowControl struct {
 	// shards, when set (shard leases, snapshot cursors), reports how
 	// many shards this dispatcher holds of the table's.
 	shards func() (held, total int)
+	// split keeps a breaker per destination (see splitBreaker); anyOpen
+	// says one is not closed, read without the lock by every admission.
+	split   bool
+	anyOpen atomic.Bool
 
 	mu    sync.Mutex
 	gates map[string]*gate
@@ -84,6 +88,13 @@ type gate struct {
 	avg time.Duration
 	// sleepers are the workers sleeping for one of its tokens.
 	sleepers int
+	// brk is its breaker's state (split breakers only): open until
+	// brkUntil after its sink said it is unavailable, then probing with
+	// the message admitted at probeAt; brkPause is the current pause.
+	brk      breakerState
+	brkUntil time.Time
+	brkPause time.Duration
+	probeAt  time.Time
 	// handedBack counts the messages handed back, heldFor the delays
 	// they were given.
 	handedBack int64
@@ -188,7 +199,19 @@ func (f *flowControl) admit(ctx context.Context, msg *Message) (done func(time.D
 // round again, while the other workers go on with other destinations.
 func (f *flowControl) admitWithin(ctx context.Context, msg *Message, maxSleep time.Duration) (done func(time.Duration), hold time.Duration, why string) {
 	dest := f.dests.Destination(msg)
+	if !dest.Limited() && !f.anyOpen.Load() {
+		return func(time.Duration) {}, 0, ""
+	}
 	if !dest.Limited() {
+		f.mu.Lock()
+		g := f.gates[dest.Name]
+		if g != nil {
+			if hold, held := g.unavailable(f.now(), f.hungAfter); held {
+				f.mu.Unlock()
+				return nil, hold, unavailableWhy(dest.Name)
+			}
+		}
+		f.mu.Unlock()
 		return func(time.Duration) {}, 0, ""
 	}
 	f.settle(ctx)
@@ -196,6 +219,10 @@ func (f *flowControl) admitWithin(ctx context.Context, msg *Message, maxSleep ti
 	f.mu.Lock()
 	now := f.now()
 	g := f.gateLocked(dest)
+	if hold, held := g.unavailable(now, f.hungAfter); held {
+		f.mu.Unlock()
+		return nil, hold, unavailableWhy(dest.Name)
+	}
 	if dest.Concurrency > 0 && g.inFlightAt(now, f.hungAfter) >= g.capShare {
 		hold = min(g.schedule(now, g.avg, g.concurrencyInterval()/f.pace()), concurrencyHoldMax)
 		g.count(hold)
@@ -419,6 +446,10 @@ type DestinationState struct {
 	// Live is how many dispatchers of the table share the limits, as last
 	// read.
 	Live int
+	// Unavailable is whether its sink said it is unavailable and its
+	// messages are held back until a probe answers (a breaker per
+	// destination, with more than one destination).
+	Unavailable bool
 }
 
 // Destinations reports the limited destinations this dispatcher has sent
@@ -438,7 +469,7 @@ func (f *flowControl) states() []DestinationState {
 	for _, g := range f.gates {
 		s := DestinationState{
 			Destination: g.dest, ConcurrencyShare: g.capShare, InFlight: g.inFlightAt(now, f.hungAfter),
-			HandedBack: g.handedBack, HeldFor: g.heldFor, Live: f.share.live,
+			HandedBack: g.handedBack, HeldFor: g.heldFor, Live: f.share.live, Unavailable: g.brk != breakerClosed,
 		}
 		for _, at := range g.held {
 			if at.After(now) {

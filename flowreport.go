@@ -26,6 +26,9 @@ type DestinationReport struct {
 	Waiting     int     `json:"waiting"`
 	HandedBack  int64   `json:"handed_back"`
 	HeldSeconds float64 `json:"held_seconds"`
+	// Unavailable is whether its sink said it is unavailable: its
+	// messages wait for a probe ([DestinationState.Unavailable]).
+	Unavailable bool `json:"unavailable"`
 }
 
 // flowReport is what a dispatcher writes with its beat.
@@ -40,7 +43,7 @@ func reportOf(states []DestinationState) []DestinationReport {
 		out[i] = DestinationReport{
 			Name: s.Name, Rate: s.Rate, Burst: s.Burst, Concurrency: s.Concurrency,
 			RateShare: s.RateShare, ConcurrencyShare: s.ConcurrencyShare, InFlight: s.InFlight,
-			Waiting: s.Waiting, HandedBack: s.HandedBack, HeldSeconds: s.HeldFor.Seconds(),
+			Waiting: s.Waiting, HandedBack: s.HandedBack, HeldSeconds: s.HeldFor.Seconds(), Unavailable: s.Unavailable,
 		}
 	}
 	return out
@@ -70,6 +73,9 @@ type DestinationStatus struct {
 	Waiting     int64   `json:"waiting"`
 	HandedBack  int64   `json:"handed_back"`
 	HeldSeconds float64 `json:"held_seconds"`
+	// Unavailable is whether a dispatcher found its sink unavailable: its
+	// messages wait for a probe there.
+	Unavailable bool `json:"unavailable"`
 	// Paused is its pause, null when it is not paused.
 	Paused *Pause `json:"paused"`
 }
@@ -90,12 +96,13 @@ func DestinationsOf(live []LiveDispatcher, pauses []Pause) []DestinationStatus {
 	for _, d := range live {
 		for _, r := range d.Destinations {
 			s := get(r.Name)
-			s.Rate, s.Burst, s.Concurrency = r.Rate, r.Burst, r.Concurrency
+			s.Rate, s.Burst, s.Concurrency = max(s.Rate, r.Rate), max(s.Burst, r.Burst), max(s.Concurrency, r.Concurrency)
 			s.Dispatchers++
 			s.InFlight += int64(r.InFlight)
 			s.Waiting += int64(r.Waiting)
 			s.HandedBack += r.HandedBack
 			s.HeldSeconds += r.HeldSeconds
+			s.Unavailable = s.Unavailable || r.Unavailable
 		}
 	}
 	for _, p := range pauses {

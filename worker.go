@@ -36,7 +36,7 @@ type worker struct {
 	// publish calls the sink; observe tells the breaker what it
 	// answered; classify turns the answer into a verdict.
 	publish  func(context.Context, *Message) error
-	observe  func(error)
+	observe  func(*Message, error)
 	classify func(*claimed, error) verdict
 	// flow, when set, admits each publish to its destination's limits.
 	flow *flowControl
@@ -124,7 +124,7 @@ func (w *worker) process(ctx context.Context, c *claimed) verdict {
 		admitted(took)
 	}
 	w.sizer.observe(took)
-	w.observe(err)
+	w.observe(&c.msg, err)
 	if capped && err != nil && errors.Is(pctx.Err(), context.DeadlineExceeded) && transient(err) {
 		// Timed out at the lease's end, not at PublishTimeout: the
 		// message's attempt is not spent on the lease running short.

@@ -19,7 +19,7 @@ func newTestWorker(cfg *Config, renewEvery time.Duration, publish func(context.C
 	leases := lease.NewRegistry(nil)
 	return &worker{
 		cfg: cfg.publishConfig(renewEvery), breaker: &breaker{}, sizer: newClaimSizer(cfg), leases: leases,
-		publish: publish, observe: func(error) {},
+		publish: publish, observe: func(*Message, error) {},
 		classify: func(c *claimed, err error) verdict {
 			if err != nil {
 				return verdict{claim: c, outcome: OutcomeRetry, err: err, write: store.RowWrite{ID: c.msg.ID, LeaseVersion: c.msg.FencingToken, Status: store.StatusPending}}

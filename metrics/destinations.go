@@ -15,6 +15,7 @@ import (
 type destinations struct {
 	fn                                                              atomic.Pointer[func() []outbox.DestinationState]
 	inFlight, waiting, handedBack, heldSeconds, rateShare, capShare *prometheus.Desc
+	unavailable                                                     *prometheus.Desc
 }
 
 func newDestinations(labels prometheus.Labels) *destinations {
@@ -33,11 +34,13 @@ func newDestinations(labels prometheus.Labels) *destinations {
 			"This dispatcher's share of the destination's rate, messages a second (the rate over the live dispatchers); absent without a rate."),
 		capShare: desc("outbox_destination_concurrency_limit",
 			"This dispatcher's share of the destination's publishes in flight; absent without a concurrency."),
+		unavailable: desc("outbox_destination_unavailable",
+			"1 while the destination's sink said it is unavailable and its messages wait for a probe (a breaker per destination, with routes)."),
 	}
 }
 
 func (d *destinations) Describe(ch chan<- *prometheus.Desc) {
-	for _, x := range []*prometheus.Desc{d.inFlight, d.waiting, d.handedBack, d.heldSeconds, d.rateShare, d.capShare} {
+	for _, x := range []*prometheus.Desc{d.inFlight, d.waiting, d.handedBack, d.heldSeconds, d.rateShare, d.capShare, d.unavailable} {
 		ch <- x
 	}
 }
@@ -52,6 +55,11 @@ func (d *destinations) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d.waiting, prometheus.GaugeValue, float64(s.Waiting), s.Name)
 		ch <- prometheus.MustNewConstMetric(d.handedBack, prometheus.CounterValue, float64(s.HandedBack), s.Name)
 		ch <- prometheus.MustNewConstMetric(d.heldSeconds, prometheus.CounterValue, s.HeldFor.Seconds(), s.Name)
+		unavailable := 0.0
+		if s.Unavailable {
+			unavailable = 1
+		}
+		ch <- prometheus.MustNewConstMetric(d.unavailable, prometheus.GaugeValue, unavailable, s.Name)
 		if s.Rate > 0 {
 			ch <- prometheus.MustNewConstMetric(d.rateShare, prometheus.GaugeValue, s.RateShare, s.Name)
 		}
@@ -64,7 +72,7 @@ func (d *destinations) Collect(ch chan<- prometheus.Metric) {
 // WatchDestinations reports what fn (a dispatcher's Destinations) returns
 // at each scrape, per destination: outbox_destination_in_flight,
 // _waiting, _handed_back_total, _held_seconds_total, _rate_limit and
-// _concurrency_limit.
+// _concurrency_limit and _unavailable.
 func (m *Metrics) WatchDestinations(fn func() []outbox.DestinationState) {
 	m.destinations.fn.Store(&fn)
 }

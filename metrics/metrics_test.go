@@ -59,6 +59,7 @@ var contract = map[string]struct {
 	"outbox_destination_concurrency_limit":    {dto.MetricType_GAUGE, []string{"destination", "table"}},
 	"outbox_destination_paused":               {dto.MetricType_GAUGE, []string{"destination", "table"}},
 	"outbox_destination_paused_since_seconds": {dto.MetricType_GAUGE, []string{"destination", "table"}},
+	"outbox_destination_unavailable":          {dto.MetricType_GAUGE, []string{"destination", "table"}},
 }
 
 // TestNames lints every registered metric against the contract: exactly its
@@ -73,7 +74,7 @@ func TestNames(t *testing.T) {
 		return []outbox.DestinationState{
 			{Destination: outbox.Destination{Name: "partner", Rate: 30, Concurrency: 4}, RateShare: 10, ConcurrencyShare: 2,
 				InFlight: 2, Waiting: 5, HandedBack: 40, HeldFor: 12 * time.Second, Live: 3},
-			{Destination: outbox.Destination{Name: "crm", Concurrency: 1}, ConcurrencyShare: 1, Live: 3},
+			{Destination: outbox.Destination{Name: "crm", Concurrency: 1}, ConcurrencyShare: 1, Live: 3, Unavailable: true},
 		}
 	})
 	since := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
@@ -139,6 +140,8 @@ func TestNames(t *testing.T) {
 		family(series, "outbox_destination_waiting"))
 	require.Equal(t, map[string]float64{`outbox_destination_held_seconds_total{destination="crm"}`: 0, `outbox_destination_held_seconds_total{destination="partner"}`: 12},
 		family(series, "outbox_destination_held_seconds_total"))
+	require.Equal(t, map[string]float64{`outbox_destination_unavailable{destination="crm"}`: 1, `outbox_destination_unavailable{destination="partner"}`: 0},
+		family(series, "outbox_destination_unavailable"))
 	require.Equal(t, map[string]float64{`outbox_destination_paused{destination="*"}`: 1, `outbox_destination_paused{destination="partner"}`: 1},
 		family(series, "outbox_destination_paused"), "the whole table is *")
 	require.Equal(t, float64(since.Unix()), family(series, "outbox_destination_paused_since_seconds")[`outbox_destination_paused_since_seconds{destination="partner"}`])

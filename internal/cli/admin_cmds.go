@@ -887,6 +887,9 @@ func destinationLine(d outbox.DestinationStatus) string {
 		}
 		line += fmt.Sprintf(", over %d %s", d.Dispatchers, plural(int64(d.Dispatchers), "dispatcher", "dispatchers"))
 	}
+	if d.Unavailable {
+		line += "; unavailable (its sink said so: held back until a probe answers)"
+	}
 	if p := d.Paused; p != nil {
 		line += "; paused " + pauseLine(*p)
 	}

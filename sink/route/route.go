@@ -111,6 +111,11 @@ func (r *Router) Destination(msg *outbox.Message) outbox.Destination {
 	return r.defLim
 }
 
+// Routes is how many routes the router has: with any, the dispatcher keeps
+// a breaker per destination (a route's sink down holds back only its own
+// messages).
+func (r *Router) Routes() int { return len(r.routes) }
+
 // HasDefault reports whether messages that match no route have a sink.
 func (r *Router) HasDefault() bool { return r.def != nil }
 
