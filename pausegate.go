@@ -65,7 +65,8 @@ func (g *pauseGate) look(ctx context.Context, busy bool) {
 	if g == nil {
 		return
 	}
-	if !g.changed.Load() && !((busy || g.whole()) && g.stale()) {
+	due := (busy || g.whole()) && g.stale()
+	if !g.changed.Load() && !due {
 		return
 	}
 	g.mu.Lock()

@@ -735,7 +735,7 @@ func testStatusLiveDispatchers(t *testing.T, bin string) {
 		live = top.Dispatchers
 		return len(live) == 1 && string(live[0]["delivered_1m"]) == "1"
 	}, 20*time.Second, 100*time.Millisecond, "stderr:\n%s", p.stderr.String())
-	require.Equal(t, []string{"delivered_1m", "host", "in_flight", "last_seen", "lease_mode", "owner", "started_at", "version"}, keys(live[0]))
+	require.Equal(t, []string{"delivered_1m", "destinations", "host", "in_flight", "last_seen", "lease_mode", "owner", "sink_paused", "started_at", "version"}, keys(live[0]))
 	require.JSONEq(t, `"cli-idle"`, string(live[0]["owner"]))
 	require.JSONEq(t, `"row"`, string(live[0]["lease_mode"]))
 	require.JSONEq(t, `0`, string(live[0]["in_flight"]))
