@@ -33,6 +33,9 @@ type breaker struct {
 	until    time.Time     // open: when to probe
 	pause    time.Duration // the current pause
 	probeOut bool          // probing: the probe row is claimed
+	// probeAt is when the probe went out, for a breaker that holds back
+	// messages rather than claims (hold).
+	probeAt time.Time
 }
 
 func (b *breaker) clock() time.Time {
@@ -99,6 +102,39 @@ func (b *breaker) paused() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.state == breakerOpen
+}
+
+// closed reports whether the breaker is closed (neither open nor
+// probing).
+func (b *breaker) closed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.state == breakerClosed
+}
+
+// hold is gate for a breaker that holds back messages one by one (a
+// destination's, flowbreaker.go) rather than claims: how long the next
+// message is to be handed back for. Open, until the probe; the first
+// message after that is the probe; while it is out, a while (at most
+// probeHold), unless it has been out for hungAfter (released unpublished,
+// or hung): then the next message is the probe.
+func (b *breaker) hold(hungAfter time.Duration) (hold time.Duration, held bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.clock()
+	switch b.state {
+	case breakerOpen:
+		if now.Before(b.until) {
+			return b.until.Sub(now), true
+		}
+		b.state, b.probeAt = breakerProbing, now
+	case breakerProbing:
+		if now.Sub(b.probeAt) < hungAfter {
+			return min(b.pause/2, probeHold), true
+		}
+		b.probeAt = now
+	}
+	return 0, false
 }
 
 // gate says how many rows the next claim may take (-1: no limit) or how

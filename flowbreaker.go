@@ -33,32 +33,17 @@ func splitBreaker(f Destinations) bool {
 // destination's probe is out.
 const probeHold = 5 * time.Second
 
-// unavailable says whether dest's breaker holds msg back now: open until
-// its probe, or probing with the probe out. The first message after the
-// pause is the probe. Called under f.mu.
-func (g *gate) unavailable(now time.Time, hungAfter time.Duration) (hold time.Duration, held bool) {
-	switch g.brk {
-	case breakerOpen:
-		if now.Before(g.brkUntil) {
-			return max(g.brkUntil.Sub(now), holdMin), true
-		}
-		g.brk, g.probeAt = breakerProbing, now
-		return 0, false
-	case breakerProbing:
-		if now.Sub(g.probeAt) >= hungAfter {
-			// The probe never answered (released unpublished, or hung):
-			// another one goes.
-			g.probeAt = now
-			return 0, false
-		}
-		return min(max(g.brkPause/2, holdMin), probeHold), true
-	}
-	return 0, false
+// unavailable says whether the gate's breaker holds a message back now
+// (breaker.hold). Called under f.mu.
+func (g *gate) unavailable(hungAfter time.Duration) (hold time.Duration, held bool) {
+	hold, held = g.brk.hold(hungAfter)
+	return max(hold, holdMin), held
 }
 
-// observe follows a publish to msg's destination: Unavailable opens its
-// breaker (the pause doubling while probes are refused), any other answer
-// closes it. It reports whether it opened (with the pause) or closed.
+// observe follows a publish to msg's destination: Unavailable trips its
+// breaker (breaker.trip: the pause doubling while probes are refused), any
+// other answer closes it. It reports whether it opened (with the pause)
+// or closed.
 func (f *flowControl) observe(msg *Message, err error, floor func(time.Duration) time.Duration) (opened bool, pause time.Duration, closed bool, name string) {
 	var unavailable *UnavailableError
 	isUnavailable := errors.As(err, &unavailable)
@@ -68,28 +53,14 @@ func (f *flowControl) observe(msg *Message, err error, floor func(time.Duration)
 	dest := f.dests.Destination(msg)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	defer f.countOpen()
 	if !isUnavailable {
 		g := f.gates[dest.Name]
-		if g == nil || g.brk == breakerClosed {
-			return false, 0, false, ""
-		}
-		g.brk = breakerClosed
-		f.countOpen()
-		return false, 0, true, dest.Name
+		return false, 0, g != nil && g.brk.answered(), dest.Name
 	}
 	g := f.gateLocked(dest)
-	switch g.brk {
-	case breakerOpen:
-		return false, 0, false, ""
-	case breakerProbing:
-		g.brkPause = min(2*g.brkPause, SinkPauseMax)
-	default:
-		g.brkPause = SinkPauseMin
-	}
-	pause = max(g.brkPause, floor(unavailable.After))
-	g.brk, g.brkUntil = breakerOpen, f.now().Add(pause)
-	f.countOpen()
-	return true, pause, false, dest.Name
+	pause, opened = g.brk.trip(floor(unavailable.After))
+	return opened, pause, false, dest.Name
 }
 
 // countOpen notes whether any destination's breaker is not closed (the
@@ -97,23 +68,21 @@ func (f *flowControl) observe(msg *Message, err error, floor func(time.Duration)
 func (f *flowControl) countOpen() {
 	open := false
 	for _, g := range f.gates {
-		open = open || g.brk != breakerClosed
+		open = open || !g.brk.closed()
 	}
 	f.anyOpen.Store(open)
 }
 
 // retryIn is how long a message its destination refused waits: until just
-// before the destination's probe (see breaker.retryIn).
+// before the destination's probe (breaker.retryIn).
 func (f *flowControl) retryIn(msg *Message) time.Duration {
 	dest := f.dests.Destination(msg)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	g := f.gates[dest.Name]
-	if g == nil || g.brk != breakerOpen {
-		return 0
+	if g := f.gates[dest.Name]; g != nil {
+		return g.brk.retryIn()
 	}
-	wait := g.brkUntil.Sub(f.now())
-	return max(wait-min(wait/10, 250*time.Millisecond), 0)
+	return 0
 }
 
 // unavailableWhy is the error of a message held back by its destination's

@@ -88,13 +88,8 @@ type gate struct {
 	avg time.Duration
 	// sleepers are the workers sleeping for one of its tokens.
 	sleepers int
-	// brk is its breaker's state (split breakers only): open until
-	// brkUntil after its sink said it is unavailable, then probing with
-	// the message admitted at probeAt; brkPause is the current pause.
-	brk      breakerState
-	brkUntil time.Time
-	brkPause time.Duration
-	probeAt  time.Time
+	// brk is its breaker (split breakers only: see flowbreaker.go).
+	brk breaker
 	// handedBack counts the messages handed back, heldFor the delays
 	// they were given.
 	handedBack int64
@@ -206,7 +201,7 @@ func (f *flowControl) admitWithin(ctx context.Context, msg *Message, maxSleep ti
 		f.mu.Lock()
 		g := f.gates[dest.Name]
 		if g != nil {
-			if hold, held := g.unavailable(f.now(), f.hungAfter); held {
+			if hold, held := g.unavailable(f.hungAfter); held {
 				f.mu.Unlock()
 				return nil, hold, unavailableWhy(dest.Name)
 			}
@@ -219,7 +214,7 @@ func (f *flowControl) admitWithin(ctx context.Context, msg *Message, maxSleep ti
 	f.mu.Lock()
 	now := f.now()
 	g := f.gateLocked(dest)
-	if hold, held := g.unavailable(now, f.hungAfter); held {
+	if hold, held := g.unavailable(f.hungAfter); held {
 		f.mu.Unlock()
 		return nil, hold, unavailableWhy(dest.Name)
 	}
@@ -299,7 +294,7 @@ func (g *gate) inFlightAt(now time.Time, hungAfter time.Duration) int {
 func (f *flowControl) gateLocked(dest Destination) *gate {
 	g := f.gates[dest.Name]
 	if g == nil {
-		g = &gate{}
+		g = &gate{brk: breaker{now: f.now}}
 		f.gates[dest.Name] = g
 	}
 	if g.dest != dest {
@@ -469,7 +464,7 @@ func (f *flowControl) states() []DestinationState {
 	for _, g := range f.gates {
 		s := DestinationState{
 			Destination: g.dest, ConcurrencyShare: g.capShare, InFlight: g.inFlightAt(now, f.hungAfter),
-			HandedBack: g.handedBack, HeldFor: g.heldFor, Live: f.share.live, Unavailable: g.brk != breakerClosed,
+			HandedBack: g.handedBack, HeldFor: g.heldFor, Live: f.share.live, Unavailable: !g.brk.closed(),
 		}
 		for _, at := range g.held {
 			if at.After(now) {
