@@ -70,8 +70,10 @@ type fetcher struct {
 	// (see Dispatcher.dues).
 	dues *dueTimes
 	// pauses are the operator's pauses: the whole table paused, nothing
-	// is claimed.
-	pauses *pauseGate
+	// is claimed. wakeFailing is whether the last wake of the messages
+	// held back for a pause failed (logged once until one succeeds).
+	pauses      *pauseGate
+	wakeFailing bool
 	// idleEvery is the idle wait of a registered listener: PollInterval,
 	// doubled by each poll that found nothing, up to IdlePollMax.
 	idleEvery time.Duration

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/outboxd/outbox/internal/store"
 )
@@ -36,9 +38,23 @@ const (
 // ErrNotPaused reports a resume of a destination that is not paused.
 var ErrNotPaused = errors.New("outbox: not paused")
 
-// errBadRoute is a route name a pause cannot name.
-func errBadRoute(route string) error {
-	return fmt.Errorf("outbox: pause: route name %q must be 1 to 200 characters without control characters", route)
+// CheckPauseRoute refuses a name a pause cannot name: empty (the whole
+// table is named by no route), over 200 bytes, not UTF-8, or with control
+// characters. The command line and the console check with it too.
+func CheckPauseRoute(route string) error {
+	if route == "" || len(route) > 200 || !utf8.ValidString(route) || strings.ContainsFunc(route, unicode.IsControl) {
+		return fmt.Errorf("route name %q must be 1 to 200 characters without control characters", route)
+	}
+	return nil
+}
+
+// CheckPauseReason refuses a pause's reason over 1,000 bytes or of more
+// than one line.
+func CheckPauseReason(reason string) error {
+	if len(reason) > 1000 || strings.ContainsFunc(reason, func(r rune) bool { return unicode.IsControl(r) && r != '\t' }) {
+		return errors.New("a pause's reason is at most 1000 characters on one line")
+	}
+	return nil
 }
 
 // Pause pauses the destination route of the table ("" the whole table),
@@ -48,8 +64,13 @@ func errBadRoute(route string) error {
 // what is paused already changes nothing and returns the pause in force,
 // with made false.
 func (a *Admin) Pause(ctx context.Context, actor, route, reason string) (p Pause, made bool, err error) {
-	if route != "" && !store.ValidPauseRoute(route) {
-		return Pause{}, false, errBadRoute(route)
+	if route != "" {
+		if err := CheckPauseRoute(route); err != nil {
+			return Pause{}, false, fmt.Errorf("outbox: pause: %w", err)
+		}
+	}
+	if err := CheckPauseReason(reason); err != nil {
+		return Pause{}, false, fmt.Errorf("outbox: pause: %w", err)
 	}
 	st, table, err := a.resolved(ctx, "pause")
 	if err != nil {
@@ -86,8 +107,10 @@ func (a *Admin) Pause(ctx context.Context, actor, route, reason string) (p Pause
 // it woke (held back for any pause: those of a destination still paused
 // are held back again), or ErrNotPaused. Audited like Pause.
 func (a *Admin) Resume(ctx context.Context, actor, route string) (lifted Pause, woke int64, err error) {
-	if route != "" && !store.ValidPauseRoute(route) {
-		return Pause{}, 0, errBadRoute(route)
+	if route != "" {
+		if err := CheckPauseRoute(route); err != nil {
+			return Pause{}, 0, fmt.Errorf("outbox: resume: %w", err)
+		}
 	}
 	st, table, err := a.resolved(ctx, "resume")
 	if err != nil {

@@ -40,9 +40,7 @@ type pauseGate struct {
 	mu      sync.Mutex // one read at a time
 	readAt  time.Time
 	failing bool
-	// wakeFailing is whether the last wake failed (the fetcher's alone).
-	wakeFailing bool
-	set         atomic.Pointer[pauseSet]
+	set     atomic.Pointer[pauseSet]
 }
 
 // pauseSet is the pauses in force as last read.
@@ -197,13 +195,13 @@ func (f *fetcher) wakePaused(ctx context.Context) {
 		// Tried again at the next turn of the loop (the claims back off
 		// while the database fails); the hold bounds the wait meanwhile.
 		f.pauses.wake.Store(true)
-		if ctx.Err() == nil && !f.pauses.wakeFailing {
+		if ctx.Err() == nil && !f.wakeFailing {
 			f.log.Warn("could not make the messages held back for a pause due; trying again", slog.Any("error", err))
 		}
-		f.pauses.wakeFailing = true
+		f.wakeFailing = true
 		return
 	}
-	f.pauses.wakeFailing = false
+	f.wakeFailing = false
 	if n > 0 {
 		f.log.Info("messages held back for a pause made due", slog.Int64("count", n))
 	}

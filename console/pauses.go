@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/outboxd/outbox"
 )
@@ -36,8 +35,8 @@ func pauseRoute(w http.ResponseWriter, r *http.Request) (string, bool) {
 	if whole {
 		return "", true
 	}
-	if route == "" || len(route) > 200 || !utf8.ValidString(route) || strings.ContainsFunc(route, func(c rune) bool { return c < 0x20 || c == 0x7f }) {
-		apiError(w, http.StatusBadRequest, "bad_route", "the route's name must be 1 to 200 characters without control characters")
+	if err := outbox.CheckPauseRoute(route); err != nil {
+		apiError(w, http.StatusBadRequest, "bad_route", err.Error())
 		return "", false
 	}
 	return route, true
@@ -66,8 +65,8 @@ func (s *Server) apiPause(w http.ResponseWriter, r *http.Request, p principal) {
 			return
 		}
 	}
-	if len(req.Reason) > 1000 || strings.ContainsFunc(req.Reason, func(c rune) bool { return c < 0x20 && c != '\t' }) {
-		apiError(w, http.StatusBadRequest, "bad_reason", `"reason" is at most 1000 characters on one line`)
+	if err := outbox.CheckPauseReason(req.Reason); err != nil {
+		apiError(w, http.StatusBadRequest, "bad_reason", err.Error())
 		return
 	}
 	pause, made, err := t.admin.Pause(r.Context(), p.actor, route, req.Reason)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/outboxd/outbox"
 )
@@ -39,8 +38,8 @@ func runPause(ctx context.Context, e *env, args []string) error {
 	if err := checkPauseRoute(c, route); err != nil {
 		return err
 	}
-	if strings.ContainsFunc(reason, func(r rune) bool { return r < 0x20 && r != '\t' }) || len(reason) > 1000 {
-		return usagef("--reason: at most 1000 characters on one line")
+	if err := outbox.CheckPauseReason(reason); err != nil {
+		return usagef("--reason: %v", err)
 	}
 	return c.withAdmin(ctx, e, func(a *outbox.Admin) error {
 		p, made, err := quietAdmin(a).Pause(ctx, actor(e), route, reason)
@@ -100,8 +99,8 @@ func checkPauseRoute(c *dbCommand, route string) error {
 	if !c.Changed("route") {
 		return nil
 	}
-	if route == "" || len(route) > 200 || strings.ContainsFunc(route, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-		return usagef("--route: a route's name, 1 to 200 characters without control characters (leave --route out to act on the whole table)")
+	if err := outbox.CheckPauseRoute(route); err != nil {
+		return usagef("--route: %v (leave --route out to act on the whole table)", err)
 	}
 	return nil
 }

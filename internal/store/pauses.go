@@ -25,11 +25,9 @@ const PausedError = "held back: its destination is paused"
 // set or lifted: the dispatchers read the pauses again.
 const NotifyPause = "pause"
 
-// Lengths stored at most.
-const (
-	maxPauseRoute  = 200
-	maxPauseReason = 1000
-)
+// maxPauseReason is how much of a reason is stored (outbox.CheckPauseReason
+// refuses more).
+const maxPauseReason = 1000
 
 func scanPause(row pgx.CollectableRow) (Pause, error) {
 	var p Pause
@@ -91,21 +89,6 @@ func (s *Store) WakePaused(ctx context.Context, db DB) (int64, error) {
 		return n, translate(err)
 	}
 	return n + m, nil
-}
-
-// ValidPauseRoute reports whether route may name a paused destination:
-// not empty (the whole table is paused with ""), not too long, no
-// control characters.
-func ValidPauseRoute(route string) bool {
-	if route == "" || len(route) > maxPauseRoute {
-		return false
-	}
-	for _, r := range route {
-		if r < 0x20 || r == 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 type pauseSQL struct{ set, lift, list, wake, wakeParked, parkedExists string }
