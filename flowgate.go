@@ -194,30 +194,30 @@ func (f *flowControl) admit(ctx context.Context, msg *Message) (done func(time.D
 // round again, while the other workers go on with other destinations.
 func (f *flowControl) admitWithin(ctx context.Context, msg *Message, maxSleep time.Duration) (done func(time.Duration), hold time.Duration, why string) {
 	dest := f.dests.Destination(msg)
-	if !dest.Limited() && !f.anyOpen.Load() {
+	limited := dest.Limited()
+	if !limited && !f.anyOpen.Load() {
 		return func(time.Duration) {}, 0, ""
 	}
-	if !dest.Limited() {
-		f.mu.Lock()
-		g := f.gates[dest.Name]
-		if g != nil {
-			if hold, held := g.unavailable(f.hungAfter); held {
-				f.mu.Unlock()
-				return nil, hold, unavailableWhy(dest.Name)
-			}
-		}
-		f.mu.Unlock()
-		return func(time.Duration) {}, 0, ""
+	if limited {
+		f.settle(ctx)
+		f.refresh(ctx)
 	}
-	f.settle(ctx)
-	f.refresh(ctx)
 	f.mu.Lock()
-	now := f.now()
-	g := f.gateLocked(dest)
-	if hold, held := g.unavailable(f.hungAfter); held {
-		f.mu.Unlock()
-		return nil, hold, unavailableWhy(dest.Name)
+	g := f.gates[dest.Name]
+	if limited {
+		g = f.gateLocked(dest)
 	}
+	if g != nil {
+		if hold, held := g.unavailable(f.hungAfter); held {
+			f.mu.Unlock()
+			return nil, hold, unavailableWhy(dest.Name)
+		}
+	}
+	if !limited {
+		f.mu.Unlock()
+		return func(time.Duration) {}, 0, ""
+	}
+	now := f.now()
 	if dest.Concurrency > 0 && g.inFlightAt(now, f.hungAfter) >= g.capShare {
 		hold = min(g.schedule(now, g.avg, g.concurrencyInterval()/f.pace()), concurrencyHoldMax)
 		g.count(hold)
