@@ -71,15 +71,15 @@ func (s *Store) Pauses(ctx context.Context, db DB) ([]Pause, error) {
 // WakePaused makes the messages held back for a paused destination due
 // now (see pause_wake.sql), in the table and, under snapshot cursors, in
 // its parked table, and returns how many it woke. The caller notifies the
-// dispatchers (NotifyDue), whose modes may know the messages to wait.
+// dispatchers (NotifyPause).
 func (s *Store) WakePaused(ctx context.Context, db DB) (int64, error) {
 	var n int64
 	if err := db.QueryRow(ctx, s.pause.wake, PausedError).Scan(&n); err != nil {
 		return 0, translate(err)
 	}
-	var parked bool
-	if err := db.QueryRow(ctx, s.pause.parkedExists, s.Table.ident(suffixParked)).Scan(&parked); err != nil {
-		return n, translate(err)
+	parked, err := s.CursorEnabled(ctx, db)
+	if err != nil {
+		return n, err
 	}
 	if !parked {
 		return n, nil
@@ -91,12 +91,11 @@ func (s *Store) WakePaused(ctx context.Context, db DB) (int64, error) {
 	return n + m, nil
 }
 
-type pauseSQL struct{ set, lift, list, wake, wakeParked, parkedExists string }
+type pauseSQL struct{ set, lift, list, wake, wakeParked string }
 
 func loadPauses(load func(string) string) pauseSQL {
 	return pauseSQL{
 		set: load("sql/pause_set.sql"), lift: load("sql/pause_lift.sql"), list: load("sql/pause_list.sql"),
 		wake: load("sql/pause_wake.sql"), wakeParked: load("sql/pause_wake_parked.sql"),
-		parkedExists: load("sql/pause_parked_exists.sql"),
 	}
 }
