@@ -143,7 +143,7 @@ func TestFilterQuery(t *testing.T) {
 // seconds of CPU per request when each id was searched for among those
 // before it).
 func TestParseFilterLongIDListIsLinear(t *testing.T) {
-	t.Parallel()
+	// Not parallel: measured while the package's parallel tests wait.
 	list := func(n int) string {
 		ids := make([]string, 0, n+n/10)
 		for i := 1; i <= n; i++ {
@@ -154,26 +154,32 @@ func TestParseFilterLongIDListIsLinear(t *testing.T) {
 		}
 		return "id=" + strings.Join(ids, ",")
 	}
-	took := func(n int) time.Duration {
-		term := list(n)
-		var best time.Duration
-		for range 3 {
-			start := time.Now()
-			f, err := outbox.ParseFilter([]string{term})
-			d := time.Since(start)
-			require.NoError(t, err)
-			require.Len(t, f.IDs, n)
-			require.Equal(t, int64(n), f.IDs[n-1])
-			if best == 0 || d < best {
-				best = d
-			}
+	parse := func(term string, n int) time.Duration {
+		start := time.Now()
+		f, err := outbox.ParseFilter([]string{term})
+		d := time.Since(start)
+		require.NoError(t, err)
+		require.Len(t, f.IDs, n)
+		require.Equal(t, int64(n), f.IDs[n-1])
+		return d
+	}
+	// The best of five, the sizes interleaved, so that a pause of the
+	// machine (other packages' tests, the race detector, a GC) falls on
+	// one run of one size, not on all of them.
+	smallTerm, largeTerm := list(10_000), list(160_000)
+	var small, large time.Duration
+	for i := range 5 {
+		s, l := parse(smallTerm, 10_000), parse(largeTerm, 160_000)
+		if i == 0 || s < small {
+			small = s
 		}
-		return best
+		if i == 0 || l < large {
+			large = l
+		}
 	}
 	// Sixteen times the ids: about 16 times the time when linear, 256
-	// when quadratic. The bound between them leaves room for a loaded
-	// machine (the race detector, the suite in parallel), where the time
-	// of one parse can triple.
-	small, large := took(10_000), took(160_000)
-	require.Less(t, large, 64*small, "160,000 ids took %s, 10,000 took %s", large, small)
+	// when quadratic. The bound halfway (on a log scale, and then some)
+	// leaves a loaded machine room: the ratio reached 91 under the whole
+	// suite with the race detector.
+	require.Less(t, large, 128*small, "160,000 ids took %s, 10,000 took %s", large, small)
 }
